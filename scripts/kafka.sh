@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Local single-node Apache Kafka (KRaft: broker + controller in one JVM) on 127.0.0.1.
+#
+#   scripts/kafka.sh start    fetch the jars once (Maven Central), format storage, start, wait until ready
+#   scripts/kafka.sh stop     stop the broker started by this script
+#   scripts/kafka.sh status   exit 0 if the broker answers on its port
+#   scripts/kafka.sh fetch    only download the jars
+#
+# Environment (all optional):
+#   STREAMNB_KAFKA_PORT      broker port (default 9092); the controller uses port + 1
+#   STREAMNB_KAFKA_HOME      where jars, data and logs live (default ~/.cache/streamnb/kafka)
+#   STREAMNB_KAFKA_HEAP      JVM heap (default 512m)
+#
+# The jars are cached in $STREAMNB_KAFKA_HOME/lib keyed by the pom's checksum, so later runs
+# start in a few seconds and need no network.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+port=${STREAMNB_KAFKA_PORT:-9092}
+controller_port=$((port + 1))
+home=${STREAMNB_KAFKA_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/streamnb/kafka}
+heap=${STREAMNB_KAFKA_HEAP:-512m}
+pom="$here/kafka/pom.xml"
+lib="$home/lib"
+run="$home/run-$port"
+pidfile="$run/kafka.pid"
+
+log() { printf 'kafka.sh: %s\n' "$*" >&2; }
+
+broker_answers() {
+    # A TCP connect is enough to know the listener is bound; readiness for clients is
+    # checked by the caller through the Python client where it matters.
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
+}
+
+need_java() {
+    if ! command -v java >/dev/null 2>&1; then
+        log "java not found: install a JDK 17+ (Debian: apt-get install openjdk-17-jre-headless)"
+        exit 1
+    fi
+}
+
+fetch() {
+    local stamp="$lib/.pom.sha256" want
+    want=$(sha256sum "$pom" | cut -d' ' -f1)
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        return 0
+    fi
+    if ! command -v mvn >/dev/null 2>&1; then
+        log "mvn not found: install Maven (Debian: apt-get install maven)"
+        exit 1
+    fi
+    log "downloading Apache Kafka jars from Maven Central into $lib (once)"
+    rm -rf "$lib.tmp"
+    mvn -q -B -f "$pom" dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$lib.tmp"
+    rm -rf "$lib"
+    mv "$lib.tmp" "$lib"
+    echo "$want" > "$stamp"
+}
+
+write_config() {
+    mkdir -p "$run/data"
+    cat > "$run/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$controller_port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$run/data
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=8
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+log.retention.hours=24
+PROPS
+    cat > "$run/log4j2.properties" <<PROPS
+rootLogger.level=WARN
+rootLogger.appenderRef.file.ref=file
+appender.file.type=File
+appender.file.name=file
+appender.file.fileName=$run/server.log
+appender.file.layout.type=PatternLayout
+appender.file.layout.pattern=[%d] %p %m (%c)%n
+PROPS
+}
+
+start() {
+    if broker_answers; then
+        log "a broker already answers on 127.0.0.1:$port"
+        return 0
+    fi
+    need_java
+    fetch
+    write_config
+    local cp="$lib/*"
+    if [[ ! -f "$run/data/meta.properties" ]]; then
+        java -cp "$cp" -Dlog4j2.configurationFile="$run/log4j2.properties" \
+            kafka.tools.StorageTool format -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n1)" \
+            -c "$run/server.properties" >"$run/format.log" 2>&1 || {
+                log "storage format failed; see $run/format.log"; cat "$run/format.log" >&2; exit 1; }
+    fi
+    log "starting broker on 127.0.0.1:$port (logs: $run/server.log)"
+    nohup java -Xms"$heap" -Xmx"$heap" -XX:+UseG1GC -Djava.awt.headless=true \
+        -Dlog4j2.configurationFile="$run/log4j2.properties" \
+        -cp "$cp" kafka.Kafka "$run/server.properties" >"$run/stdout.log" 2>&1 &
+    echo $! > "$pidfile"
+    for _ in $(seq 1 120); do
+        if broker_answers; then
+            log "broker ready on 127.0.0.1:$port (pid $(cat "$pidfile"))"
+            return 0
+        fi
+        if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+            log "broker exited during start-up:"; tail -n 40 "$run/stdout.log" "$run/server.log" >&2 || true
+            exit 1
+        fi
+        sleep 0.5
+    done
+    log "broker did not open 127.0.0.1:$port within 60 s"; exit 1
+}
+
+stop() {
+    if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+        local pid; pid=$(cat "$pidfile")
+        kill "$pid"
+        for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        kill -9 "$pid" 2>/dev/null || true
+        log "broker stopped"
+    fi
+    rm -f "$pidfile"
+}
+
+case "${1:-}" in
+    start) start ;;
+    stop) stop ;;
+    status) broker_answers ;;
+    fetch) fetch ;;
+    *) echo "usage: $0 {start|stop|status|fetch}" >&2; exit 2 ;;
+esac

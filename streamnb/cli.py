@@ -1,0 +1,46 @@
+"""The ``streamnb`` command: ``streamnb run``, ``streamnb evaluate``, ``streamnb crossval``.
+
+Each sub-command lives in its own module, which provides ``add_arguments(parser)`` and
+``main(args) -> int``; this file only routes to them, so importing the CLI stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from streamnb import __version__
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("streamnb.daemon", "run the classifier daemon against Kafka"),
+    "evaluate": ("streamnb.evaluation.evaluate", "replay a labelled corpus prequentially"),
+    "crossval": ("streamnb.evaluation.crossval", "k-fold cross-validation on a corpus"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamnb", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"streamnb {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise
+            continue
+        module.add_arguments(sub)
+        sub.set_defaults(handler=module.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        print(f"streamnb: '{args.command}' is not available in this build", file=sys.stderr)
+        return 2
+    return int(handler(args) or 0)
