@@ -12,7 +12,7 @@ from typing import Any
 
 from streamnb.codec import Message
 
-__all__ = ["Pipeline", "PipelineError", "Prepared"]
+__all__ = ["Pipeline", "PipelineError", "Prepared", "build_pipeline"]
 
 
 class PipelineError(ValueError):
@@ -71,8 +71,19 @@ class Pipeline:
         return [self.prepare(m) for m in messages]
 
 
-def token_counts(tokens: Sequence[str]) -> Mapping[str, int]:
-    counts: dict[str, int] = {}
-    for token in tokens:
-        counts[token] = counts.get(token, 0) + 1
-    return counts
+def build_pipeline(model: Mapping[str, Any], features: Mapping[str, Any]) -> Pipeline:
+    """A pipeline from the ``[model]`` and ``[features]`` tables of ``config.toml``.
+
+    ``model`` holds ``kind`` plus the model's options; ``features`` holds the featurizer's
+    options. An unknown kind or option raises ``ValueError`` naming it.
+    """
+    from streamnb.features import Featurizer, FeaturizerOptions
+    from streamnb.models import make_model
+
+    model_options = dict(model)
+    kind = model_options.pop("kind", "multinomial")
+    try:
+        featurizer_options = FeaturizerOptions(**features)
+    except TypeError as error:
+        raise ValueError(f"features: {error}") from None
+    return Pipeline(Featurizer(featurizer_options), make_model(kind, **model_options))
