@@ -145,7 +145,7 @@ class Daemon:
                 key = slice_key(tp)
                 if key in self.slices:
                     continue
-                if key in self.parked:
+                if key in self.parked and key in self.offsets:
                     self.slices[key] = self.parked.pop(key)
                     self.io.seek(tp, self.offsets[key])
                     decisions[key] = f"resume at {self.offsets[key]}"
@@ -176,8 +176,9 @@ class Daemon:
                 self.checkpoint("revoked" if not lost else "lost", commit=not lost, wait=False)
             for tp in tps:
                 key = slice_key(tp)
-                if key in self.slices:
-                    self.parked[key] = self.slices.pop(key)
+                model = self.slices.pop(key, None)
+                if model is not None and key in self.offsets:
+                    self.parked[key] = model  # nothing read yet: nothing worth keeping
                 self.metrics.forget_partition(*tp)
             self._rebuild_live()
         log.info(

@@ -111,7 +111,14 @@ class KafkaIO:
             max_poll_records=settings.max_poll_records,
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=max(1000, settings.session_timeout_ms // 4),
+            # A topic created after start-up is noticed (and assigned) within this time.
+            metadata_max_age_ms=10_000,
         )
+        # Know the input topics' partitions before joining the group: a group leader that
+        # joins without them assigns nothing until the next metadata refresh.
+        for topic in settings.input_topics:
+            if not self.consumer.partitions_for_topic(topic):
+                log.warning("input topic %s does not exist (yet)", topic)
         self.consumer.subscribe(list(settings.input_topics), listener=_Listener(self))
 
     # ------------------------------------------------------------------ consuming
