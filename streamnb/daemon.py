@@ -68,7 +68,18 @@ class Daemon:
     the :mod:`streamnb.metrics` API; ``io_factory(on_assigned, on_revoked)`` returns the Kafka
     side (:class:`~streamnb.kafka_io.KafkaIO` or a fake with the same methods).
 
-    >>> from tests.daemon.fakes import make_fake_daemon  # doctest: +SKIP
+    With the in-memory fakes of the test suite:
+
+    >>> import pathlib, tempfile, orjson
+    >>> from tests.daemon.fakes import FakeKafka, make_daemon, settings_for
+    >>> kafka = FakeKafka({"in": 1})
+    >>> _ = kafka.append("in", orjson.dumps({"id": "a", "text": "win cash", "label": "spam"}))
+    >>> _ = kafka.append("in", orjson.dumps({"id": "b", "text": "win big"}))
+    >>> daemon = make_daemon(settings_for(pathlib.Path(tempfile.mkdtemp())), kafka)
+    >>> daemon.process(daemon.io.poll(0))
+    >>> daemon.checkpoint("example")  # flushes the prediction for "b"
+    >>> orjson.loads(kafka.all("out")[0].value)["label"], daemon.offsets
+    ('spam', {'in:0': 2})
     """
 
     def __init__(
@@ -477,16 +488,17 @@ class Daemon:
             while not self.stopping:
                 records = self.io.poll(timeout)
                 if records:
-                    try:
-                        self.process(records)
-                    except BaseException:
-                        self.failed = True
-                        raise
+                    self.process(records)
                 if self.checkpoint_due():
                     self.checkpoint("interval")
             # Finish: the batch in hand is applied; save it, commit, close.
             if self.pending or self.checkpoints_written == 0:
                 self.checkpoint("shutdown")
+        except BaseException:
+            # A record may be half applied, or outputs undelivered: closing the consumer must
+            # not checkpoint this state on revocation.
+            self.failed = True
+            raise
         finally:
             self.io.close()
         log.info("stopped", extra={"fields": {"event": "stopped"}})
@@ -589,4 +601,10 @@ def main(args: argparse.Namespace) -> int:
         settings.checkpoint.path,
         extra={"fields": {"event": "started"}},
     )
-    return daemon.run()
+    try:
+        return daemon.run()
+    except Exception:
+        # Nothing half-done was saved (see Daemon.failed): a restart resumes from the last
+        # checkpoint. Exit non-zero so a supervisor restarts us.
+        log.exception("stopping on an unexpected error", extra={"fields": {"event": "failed"}})
+        return 1
