@@ -13,7 +13,7 @@
 
 from streamnb.features.charsets import decode_text
 from streamnb.features.errors import FeaturizationError
-from streamnb.features.featurizer import Featurizer, Features
+from streamnb.features.featurizer import Features, Featurizer
 from streamnb.features.mail import Attachment, ParsedMail, TextPart, read_mail
 from streamnb.features.meta import META_FEATURE_NAMES
 from streamnb.features.options import FeaturizerOptions

@@ -5,8 +5,9 @@
 ...                     b"Claim your FREE prize at http://198.51.100.7/claim now")
 >>> sorted(result.tokens)
 ['100', '198', '51', 'at', 'claim', 'free', 'from:example.com', 'from:promo.example.com',
- 'from:win', 'from:win@promo.example.com', 'http', 'mime:text/plain', 'now', 'prize', 'subject:free',
- 'subject:offer', 'url:198.51.100.7', 'url:ip', 'your']
+ 'from:win', 'from:win@promo.example.com', 'http', 'mime:text/plain', 'now', 'prize',
+ 'subject:free', 'subject:offer', 'url:198.51.100.7', 'url:ip', 'your']
+>>> from streamnb.features import META_FEATURE_NAMES
 >>> len(result.numeric) == len(META_FEATURE_NAMES), result.truncated
 (True, ())
 >>> f.from_text("WIN cash now").tokens
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from streamnb.features.errors import FeaturizationError
 from streamnb.features.mail import _ADDRESS_RE as ADDRESS_RE
 from streamnb.features.mail import Budget, ParsedMail, read_mail, registrable_domain
-from streamnb.features.meta import META_FEATURE_NAMES, meta_features
+from streamnb.features.meta import meta_features
 from streamnb.features.options import FeaturizerOptions
 from streamnb.features.tokenize import Tokenizer, url_hosts, url_tokens
 
@@ -160,4 +161,3 @@ def _as_bytes(raw: bytes) -> bytes:
         except UnicodeEncodeError:
             return raw.encode("utf-8", "replace")
     raise FeaturizationError("wrong_type", f"raw mail must be bytes, not {type(raw).__name__}")
-

@@ -21,9 +21,7 @@ __all__ = ["html_to_text"]
 
 _INVISIBLE_TAGS = ["script", "style", "noscript", "template"]
 _SPACES_RE = re.compile(r"\s+")
-_STRIP_RE = re.compile(
-    r"<(script|style)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>", re.S | re.I
-)
+_STRIP_RE = re.compile(r"<(script|style)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>", re.S | re.I)
 
 
 def html_to_text(markup: str, method: str = "selectolax") -> str:

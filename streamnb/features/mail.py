@@ -18,7 +18,8 @@ time); each limit hit is named in :attr:`ParsedMail.truncated`, or raised as a
 ...        b"--XX\\r\\nContent-Type: text/html; charset=gb2312\\r\\n"
 ...        b"Content-Transfer-Encoding: base64\\r\\n\\r\\n"
 ...        + __import__("base64").b64encode("<p>发票 <b>now</b></p>".encode("gbk"))
-...        + b"\\r\\n--XX\\r\\nContent-Type: application/pdf; name=\\"bill.pdf\\"\\r\\n\\r\\n%PDF\\r\\n--XX--\\r\\n")
+...        + b"\\r\\n--XX\\r\\nContent-Type: application/pdf; name=\\"bill.pdf\\"\\r\\n"
+...        + b"\\r\\n%PDF\\r\\n--XX--\\r\\n")
 >>> mail = read_mail(raw)
 >>> mail.subject, mail.from_addrs, mail.to_addrs
 ('Café news', ['ann@mail.example.co.uk'], ['bob@example.org'])
@@ -211,9 +212,7 @@ def read_mail(
 
 
 # Headers always decoded (the reader itself needs them); ``options.header_fields`` adds more.
-_WANTED_HEADERS = frozenset(
-    {"subject", "from", "to", "cc", "sender", "reply-to", "content-type"}
-)
+_WANTED_HEADERS = frozenset({"subject", "from", "to", "cc", "sender", "reply-to", "content-type"})
 
 
 def _split_entity(data: bytes, top_level: bool = False) -> tuple[bytes, bytes]:
@@ -269,10 +268,7 @@ def _decode_word(match: re.Match, hint: str | None, default: str) -> str:
     charset, encoding, payload = match.groups()
     charset = charset.partition("*")[0]  # RFC 2231 language suffix: =?utf-8*en?...
     data = payload.encode("latin-1", "replace")
-    if encoding in "bB":
-        data = _b64decode(data)
-    else:
-        data = binascii.a2b_qp(data, header=True)
+    data = _b64decode(data) if encoding in "bB" else binascii.a2b_qp(data, header=True)
     return decode_text(data, charset, hint, default)
 
 
@@ -392,9 +388,7 @@ def _read_entities(
         encoding = _header_value(headers, "content-transfer-encoding").lower()
         is_text = maintype == "text" and not (disposition == "attachment" and filename)
         if not is_text:
-            mail.attachments.append(
-                Attachment(filename, ctype, _decoded_size(body, encoding))
-            )
+            mail.attachments.append(Attachment(filename, ctype, _decoded_size(body, encoding)))
             continue
         if budget.text_left <= 0:
             budget.exceeded("max_text_chars")

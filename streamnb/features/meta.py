@@ -29,11 +29,55 @@ from streamnb.features.tokenize import url_hosts
 __all__ = ["EXTRA_NAMES", "META_FEATURE_NAMES", "SPAMBASE_NAMES", "meta_features"]
 
 SPAMBASE_WORDS = (
-    "make address all 3d our over remove internet order mail receive will people report "
-    "addresses free business email you credit your font 000 money hp hpl george 650 lab labs "
-    "telnet 857 data 415 85 technology 1999 parts pm direct cs meeting original project re "
-    "edu table conference"
-).split()
+    "make",
+    "address",
+    "all",
+    "3d",
+    "our",
+    "over",
+    "remove",
+    "internet",
+    "order",
+    "mail",
+    "receive",
+    "will",
+    "people",
+    "report",
+    "addresses",
+    "free",
+    "business",
+    "email",
+    "you",
+    "credit",
+    "your",
+    "font",
+    "000",
+    "money",
+    "hp",
+    "hpl",
+    "george",
+    "650",
+    "lab",
+    "labs",
+    "telnet",
+    "857",
+    "data",
+    "415",
+    "85",
+    "technology",
+    "1999",
+    "parts",
+    "pm",
+    "direct",
+    "cs",
+    "meeting",
+    "original",
+    "project",
+    "re",
+    "edu",
+    "table",
+    "conference",
+)
 SPAMBASE_CHARS = (";", "(", "[", "!", "$", "#")
 SPAMBASE_NAMES = (
     tuple(f"word_freq_{w}" for w in SPAMBASE_WORDS)
