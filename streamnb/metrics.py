@@ -65,6 +65,7 @@ CHECKPOINT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 
 _LOGIT_BIN_WIDTH = 0.01
 _LOGIT_CLIP = 40.0
+_FOLD_EVERY = 4096  # queued labelled observations folded into the counts at once
 _REASON_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
@@ -132,6 +133,26 @@ class _ScoreHistogram:
         return h
 
 
+def _cross_entropy(y_true: str, scores: Mapping[str, float]) -> float:
+    """-ln P(true class), clamped like river's ``CrossEntropy``."""
+    return -math.log(min(max(scores.get(y_true, 0.0), 1e-15), 1 - 1e-15))
+
+
+def _valid_probability(p) -> float:
+    """A probability as a float in [0, 1]; NaN (a model bug) counts as no probability at all."""
+    p = float(p)
+    if p >= 0.0:
+        return min(p, 1.0)
+    return 0.0  # negative or NaN
+
+
+def _add_counts(cm: rmetrics.ConfusionMatrix, items) -> None:
+    """Add (y_true, y_pred, ...) items to a river confusion matrix, one update per cell."""
+    for (yt, yp), n in collections.Counter((item[0], item[1]) for item in items).items():
+        cm.update(yt, yp, w=float(n))
+        cm.n_samples += n - 1
+
+
 def _multiclass_mcc(cm: rmetrics.ConfusionMatrix, classes: list[str]) -> float:
     """Matthews correlation for K classes (Gorodkin's R_K), as scikit-learn computes it."""
     n = sum(cm.sum_row[c] for c in classes)
@@ -145,24 +166,19 @@ def _multiclass_mcc(cm: rmetrics.ConfusionMatrix, classes: list[str]) -> float:
 
 
 class _Prequential:
-    """Prequential statistics of one scope (lifetime or a rolling window), read at scrape time."""
+    """Prequential statistics of one scope: since the start, or a rolling window of messages."""
 
     def __init__(self, window: int | None) -> None:
         self.window = window
+        self.auc: dict = {}  # class -> _ScoreHistogram (lifetime) or RollingROCAUC (window)
         if window is None:
             self.cm = rmetrics.ConfusionMatrix()
             self.log_loss = rmetrics.CrossEntropy()
-            self.auc: dict[str, _ScoreHistogram | rmetrics.RollingROCAUC] = {}
-            self._cm_update = self.cm.update
-            self._ll_update = self.log_loss.update
         else:
             self.rolling_cm = rutils.Rolling(rmetrics.ConfusionMatrix, window_size=window)
             self.cm = self.rolling_cm.obj
             self.rolling_ll = rutils.Rolling(rmetrics.CrossEntropy, window_size=window)
             self.log_loss = self.rolling_ll.obj
-            self.auc = {}
-            self._cm_update = self.rolling_cm.update
-            self._ll_update = self.rolling_ll.update
 
     def n(self) -> int:
         return int(self.cm.total_weight)
@@ -444,60 +460,105 @@ class Metrics:
         are counted in ``streamnb_prequential_unscored_total`` and left out of the figures, as
         river's progressive validation does.
         """
-        with self._lock:
-            if y_pred is None:
+        if y_pred is None:
+            with self._lock:
                 self._unscored += 1
-                return
-            y_true = self._bounded_class(y_true)
-            y_pred = self._bounded_class(y_pred)
-            scores = {}
+            return
+        # Only queue the observation: the counts are brought up to date in batches, when scraped
+        # or every _FOLD_EVERY observations, which keeps this call at about a microsecond.
+        with self._lock:
+            self._pending.append((y_true, y_pred, dict(proba)))
+            if len(self._pending) >= _FOLD_EVERY:
+                self._fold()
+
+    def _fold(self) -> None:
+        """Bring the counts up to date with the queued observations (caller holds the lock)."""
+        if not self._pending:
+            return
+        classes = self._classes
+        new_classes: set[str] = set()
+
+        def bounded(label: str) -> str:
+            if label in classes:
+                return label
+            label = self._bounded_class(label, new_classes)
+            if label not in classes:
+                new_classes.add(label)
+            return label
+
+        batch = []
+        for y_true, y_pred, proba in self._pending:
+            scores: dict[str, float] = {}
             for c, p in proba.items():
-                c = self._bounded_class(c)
-                scores[c] = scores.get(c, 0.0) + float(p)
-            self._observe(y_true, y_pred, scores)
+                c = c if c in classes else bounded(c)
+                scores[c] = scores.get(c, 0.0) + _valid_probability(p)
+            batch.append((
+                y_true if y_true in classes else bounded(y_true),
+                y_pred if y_pred in classes else bounded(y_pred),
+                scores,
+            ))
+        self._pending = []
 
-    def _observe(self, y_true: str, y_pred: str, scores: dict[str, float]) -> None:
-        for c in (y_true, y_pred, *scores):
-            if c not in self._classes:
-                self._add_class(c)
-        life, recent = self._life, self._recent
-        life._cm_update(y_true, y_pred)
-        recent._cm_update(y_true, y_pred)
-        life._ll_update(y_true, scores)
-        recent._ll_update(y_true, scores)
-        if all(map(math.isfinite, scores.values())):
-            for c, hist in life.auc.items():
-                hist.update(c == y_true, scores.get(c, 0.0))
-            for c, rolling in recent.auc.items():
-                rolling.update(c == y_true, scores.get(c, 0.0))
-            self._auc_n += 1
-        self._recent_items.append((y_true, y_pred, scores))
+        for c in sorted(new_classes):
+            classes.add(c)
+            # Earlier messages gave this class no probability: they are negatives scored 0.
+            hist = self._life.auc[c] = _ScoreHistogram()
+            if self._auc_n:
+                hist.update(False, 0.0, n=self._auc_n)
 
-    def _add_class(self, c: str) -> None:
-        self._classes.add(c)
-        # Earlier messages gave this class no probability: they are negatives scored 0.
-        hist = self._life.auc[c] = _ScoreHistogram()
-        if self._auc_n:
-            hist.update(False, 0.0, n=self._auc_n)
-        rolling = self._recent.auc[c] = rmetrics.RollingROCAUC(window_size=self.window)
-        for yt, _, scores in self._recent_items:
-            if all(map(math.isfinite, scores.values())):
+        life = self._life
+        _add_counts(life.cm, batch)
+        losses = [_cross_entropy(yt, scores) for yt, _, scores in batch]
+        life.log_loss._mean.update(x=math.fsum(losses) / len(losses), w=len(losses))
+        for c, hist in life.auc.items():
+            for yt, _, scores in batch:
+                hist.update(c == yt, scores.get(c, 0.0))
+        self._auc_n += len(batch)
+
+        if new_classes or len(batch) * 4 >= self.window:
+            self._rebuild_recent([*self._recent_items, *batch][-self.window:])
+        else:
+            recent = self._recent
+            for y_true, y_pred, scores in batch:
+                recent.rolling_cm.update(y_true, y_pred)
+                recent.rolling_ll.update(y_true, scores)
+                for c, rolling in recent.auc.items():
+                    rolling.update(c == y_true, scores.get(c, 0.0))
+                self._recent_items.append((y_true, y_pred, scores))
+
+    def _rebuild_recent(self, items: list[tuple[str, str, dict[str, float]]]) -> None:
+        """Recompute the window from its items in one pass (cheaper than a roll per item)."""
+        recent = _Prequential(self.window)
+        _add_counts(recent.cm, items)
+        recent.rolling_cm.window.extend(((yt, yp), {}) for yt, yp, _ in items)
+        if items:
+            losses = [_cross_entropy(yt, scores) for yt, _, scores in items]
+            recent.log_loss._mean.update(x=math.fsum(losses) / len(losses), w=len(losses))
+        recent.rolling_ll.window.extend(((yt, scores), {}) for yt, _, scores in items)
+        for c in sorted(self._classes):
+            rolling = recent.auc[c] = rmetrics.RollingROCAUC(window_size=self.window)
+            for yt, _, scores in items:
                 rolling.update(c == yt, scores.get(c, 0.0))
+        self._recent = recent
+        self._recent_items.clear()
+        self._recent_items.extend(items)
 
     def _reset_prequential(self) -> None:
         self._classes: set[str] = set()
         self._life = _Prequential(None)
         self._recent = _Prequential(self.window)
         self._recent_items: collections.deque = collections.deque(maxlen=self.window)
+        self._pending: list[tuple[str, str, dict[str, float]]] = []
         self._unscored = 0
-        self._auc_n = 0  # lifetime messages with finite scores (the AUC histograms' total)
+        self._auc_n = 0  # lifetime observations in the AUC histograms
 
     # ------------------------------------------------------------------ bounded labels
-    def _bounded_class(self, label: str) -> str:
+    def _bounded_class(self, label: str, pending: set[str] | None = None) -> str:
+        """``label``, or OTHER once ``max_classes`` distinct classes are known."""
         label = str(label)
         if label in self._classes or label == OTHER:
             return label
-        seen = self._classes | self._label_values(self._learned)
+        seen = self._classes | self._label_values(self._learned) | (pending or set())
         if label in seen or len(seen) < self.max_classes:
             return label
         log.warning("more than %d classes; counting %r as %r", self.max_classes, label, OTHER)
@@ -524,6 +585,7 @@ class Metrics:
 
     def _fill(self, fams) -> None:
         with self._lock:
+            self._fold()
             classes = sorted(self._classes)
             fams["observed"].add_metric([], self._life.n())
             fams["unscored"].add_metric([], self._unscored)
@@ -576,6 +638,7 @@ class Metrics:
     def to_state(self) -> dict:
         """The prequential accuracy state as plain JSON-compatible data (no pickle)."""
         with self._lock:
+            self._fold()
             cm = self._life.cm
             return {
                 "version": STATE_VERSION,
@@ -634,11 +697,4 @@ class Metrics:
                     self._life.auc[c] = _ScoreHistogram()
                     if auc_n:
                         self._life.auc[c].update(False, 0.0, n=auc_n)
-                self._recent.auc[c] = rmetrics.RollingROCAUC(window_size=self.window)
-            for yt, yp, scores in recent:
-                self._recent._cm_update(yt, yp)
-                self._recent._ll_update(yt, scores)
-                if all(map(math.isfinite, scores.values())):
-                    for c, rolling in self._recent.auc.items():
-                        rolling.update(c == yt, scores.get(c, 0.0))
-                self._recent_items.append((yt, yp, scores))
+            self._rebuild_recent(recent)
