@@ -90,6 +90,7 @@ class MetricsSettings:
     host: str = "0.0.0.0"
     port: int = 9108
     window: int = 1000
+    positive_class: str = "spam"
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +228,12 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
     "feedback": (FeedbackSettings, {"max_ids": _positive_int, "max_bytes": _positive_int}),
     "metrics": (
         MetricsSettings,
-        {"host": _nonempty_str, "port": _port, "window": _positive_int},
+        {
+            "host": _nonempty_str,
+            "port": _port,
+            "window": _positive_int,
+            "positive_class": _nonempty_str,
+        },
     ),
     "logging": (
         LoggingSettings,

@@ -29,15 +29,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
 from streamnb import __version__
 from streamnb.codec import DecodeError, Feedback, Message, decode, encode
 from streamnb.config import ConfigError, Settings, load_settings
 from streamnb.feedback import FeedbackStore, decide
+from streamnb.logs import configure_logging
 from streamnb.state import CheckpointError, read_checkpoint, write_checkpoint
 
-__all__ = ["Daemon", "add_arguments", "main", "setup_logging", "slice_key"]
+__all__ = ["Daemon", "add_arguments", "build_daemon", "main", "slice_key"]
 
 log = logging.getLogger("streamnb.daemon")
 
@@ -144,7 +143,7 @@ class Daemon:
             self.settings.checkpoint.path,
             len(self.parked),
             len(self.store),
-            extra={"fields": {"event": "checkpoint_loaded", "offsets": dict(self.offsets)}},
+            extra={"event": "checkpoint_loaded", "offsets": dict(self.offsets)},
         )
 
     # ------------------------------------------------------------------ rebalance
@@ -175,7 +174,7 @@ class Daemon:
         log.info(
             "partitions assigned: %s",
             ", ".join(f"{k} ({d})" for k, d in decisions.items()) or "none new",
-            extra={"fields": {"event": "assigned", "partitions": decisions}},
+            extra={"event": "assigned", "partitions": decisions},
         )
 
     def on_revoked(self, tps: list[TP], lost: bool = False) -> None:
@@ -196,7 +195,7 @@ class Daemon:
             "partitions %s: %s",
             "lost" if lost else "revoked",
             ", ".join(slice_key(tp) for tp in tps),
-            extra={"fields": {"event": "lost" if lost else "revoked", "partitions": tps}},
+            extra={"event": "lost" if lost else "revoked", "partitions": tps},
         )
 
     def _rebuild_live(self) -> None:
@@ -383,14 +382,12 @@ class Daemon:
                 if count == DEAD_LETTER_LOG_FIRST
                 else "",
                 extra={
-                    "fields": {
-                        "event": "dead_letter",
-                        "reason": reason,
-                        "topic": record.topic,
-                        "partition": record.partition,
-                        "offset": record.offset,
-                        "count": count,
-                    }
+                    "event": "dead_letter",
+                    "reason": reason,
+                    "topic": record.topic,
+                    "partition": record.partition,
+                    "offset": record.offset,
+                    "count": count,
                 },
             )
 
@@ -458,14 +455,12 @@ class Daemon:
             size,
             duration,
             extra={
-                "fields": {
-                    "event": "checkpoint",
-                    "why": why,
-                    "records": applied,
-                    "bytes": size,
-                    "seconds": round(duration, 4),
-                    "offsets": {k: v["next_offset"] for k, v in slices.items()},
-                }
+                "event": "checkpoint",
+                "why": why,
+                "records": applied,
+                "bytes": size,
+                "seconds": round(duration, 4),
+                "offsets": {k: v["next_offset"] for k, v in slices.items()},
             },
         )
 
@@ -501,40 +496,8 @@ class Daemon:
             raise
         finally:
             self.io.close()
-        log.info("stopped", extra={"fields": {"event": "stopped"}})
+        log.info("stopped", extra={"event": "stopped"})
         return 0
-
-
-# ---------------------------------------------------------------------- logging
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        out = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        out.update(getattr(record, "fields", {}))
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(out, default=str).decode()
-
-
-def setup_logging(level: str = "info", fmt: str = "plain") -> None:
-    """Log to stderr, as plain lines or one JSON object per line (``logging.format``)."""
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-        )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    logging.getLogger("kafka").setLevel(max(logging.WARNING, root.level))
 
 
 # ---------------------------------------------------------------------- entry point
@@ -557,7 +520,9 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
     if metrics is None:
         from streamnb.metrics import Metrics
 
-        metrics = Metrics(window=settings.metrics.window)
+        metrics = Metrics(
+            window=settings.metrics.window, positive_class=settings.metrics.positive_class
+        )
         metrics.set_build_info(__version__, kind)
         if settings.metrics.port:
             metrics.serve(settings.metrics.host, settings.metrics.port)
@@ -583,7 +548,7 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"streamnb: {error}", file=sys.stderr)
         return 2
-    setup_logging(settings.logging.level, settings.logging.format)
+    configure_logging(settings.logging.level, settings.logging.format)
     try:
         daemon = build_daemon(settings)
     except (ValueError, TypeError, CheckpointError) as error:
@@ -599,12 +564,12 @@ def main(args: argparse.Namespace) -> int:
         settings.kafka.output_topic,
         settings.model.kind,
         settings.checkpoint.path,
-        extra={"fields": {"event": "started"}},
+        extra={"event": "started"},
     )
     try:
         return daemon.run()
     except Exception:
         # Nothing half-done was saved (see Daemon.failed): a restart resumes from the last
         # checkpoint. Exit non-zero so a supervisor restarts us.
-        log.exception("stopping on an unexpected error", extra={"fields": {"event": "failed"}})
+        log.exception("stopping on an unexpected error", extra={"event": "failed"})
         return 1
