@@ -109,6 +109,8 @@ class Daemon:
         self.pending = 0  # records applied since the last checkpoint
         self.last_checkpoint = time.monotonic()
         self.dead_letter_counts: Counter[str] = Counter()
+        # Counter metrics are added up per batch: one call per batch instead of per message.
+        self._tally: Counter[tuple[str, str | None]] = Counter()
         self.checkpoints_written = 0
         # Set when an unexpected error may have left a record half applied: from then on no
         # checkpoint is written, so a restart replays from the last consistent one.
@@ -219,11 +221,20 @@ class Daemon:
                 self._process_one(record, key)
                 self.offsets[key] = record.offset + 1
             self.pending += len(records)
+            self._flush_tally()
             for tp in {(r.topic, r.partition) for r in records}:
                 high = self.io.highwater(tp)
                 key = slice_key(tp)
                 if high is not None and key in self.offsets:
                     self.metrics.set_lag(tp[0], tp[1], max(0, high - self.offsets[key]))
+
+    def _flush_tally(self) -> None:
+        for (name, arg), n in self._tally.items():
+            if arg is None:
+                getattr(self.metrics, name)(n)
+            else:
+                getattr(self.metrics, name)(arg, n)
+        self._tally.clear()
 
     def _process_one(self, record, key: str) -> None:
         started = time.perf_counter()
@@ -237,7 +248,7 @@ class Daemon:
             self._dead_letter(record, error.reason, error.detail)
             return
         if isinstance(item, Feedback):
-            self.metrics.consumed("feedback")
+            self._tally["consumed", "feedback"] += 1
             self._feedback(item, record)
             return
         self._message(item, record, key, started)
@@ -269,13 +280,13 @@ class Daemon:
         label = message.label
         entry = self.store.get(message.id)
         if label is None:
-            self.metrics.consumed("unlabelled")
+            self._tally["consumed", "unlabelled"] += 1
             if entry is None:
                 self.store.remember(message.id, key, x_json, None)
             self._emit(message.id, predicted, proba, record, started)
             return
 
-        self.metrics.consumed("labelled")
+        self._tally["consumed", "labelled"] += 1
         self.metrics.observe_labelled(label, predicted, proba)
         if entry is None:
             try:
@@ -333,7 +344,7 @@ class Daemon:
         model.learn_one(x, label)
         if assigned and self.live is not model:
             self.live.learn_one(x, label)
-        self.metrics.learned(label)
+        self._tally["learned", label] += 1
 
     def _emit(self, msg_id: str, predicted, proba: dict, record, started: float) -> None:
         latency = time.perf_counter() - started
@@ -353,7 +364,7 @@ class Daemon:
             msg_id.encode("utf-8", "surrogatepass"),
             encode(prediction),
         )
-        self.metrics.prediction_emitted()
+        self._tally["prediction_emitted", None] += 1
         self.metrics.observe_latency(latency)
         if record.timestamp_ms and record.timestamp_ms > 0:
             self.metrics.observe_end_to_end(max(0.0, time.time() - record.timestamp_ms / 1000))
