@@ -88,7 +88,11 @@ format = "json"
 class DaemonProcess:
     """One ``python -m streamnb run --config ...`` subprocess, logging JSON to a file."""
 
+    #: Every daemon started, so a failed test's fixture can still stop them.
+    started: list[DaemonProcess] = []
+
     def __init__(self, config: Path, log: Path):
+        DaemonProcess.started.append(self)
         self.config = config
         self.log_path = log
         self._log = open(log, "ab")  # noqa: SIM115 - closed in wait()
@@ -138,6 +142,13 @@ class DaemonProcess:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=10)
         self._log.close()
+
+    @classmethod
+    def kill_leftovers(cls) -> None:
+        while cls.started:
+            daemon = cls.started.pop()
+            if daemon.proc.poll() is None:
+                daemon.kill()
 
 
 def checkpoint_offsets(path: Path) -> dict[str, int]:

@@ -247,10 +247,10 @@ def test_sigterm_exits_cleanly_and_a_restart_relearns_nothing(
     topic, out = f"{topic_prefix}-in", f"{topic_prefix}-out"
 
     def predicted(msg_id):
-        return lambda: any(
-            r.key == msg_id.encode()
-            for r in read_all(kafka_bootstrap, out, until=lambda r: False, timeout=0.5)
-        )
+        def seen(records):
+            return any(r.key == msg_id.encode() for r in records)
+
+        return lambda: seen(read_all(kafka_bootstrap, out, until=seen, timeout=10))
 
     daemon = DaemonProcess(config, tmp_path / "daemon-1.log")
     daemon.wait_assigned()
