@@ -30,7 +30,7 @@ from pathlib import Path
 from streamnb.evaluation import options as options_module
 from streamnb.evaluation.corpora import FORMATS, Corpus, CorpusError, read_corpus
 from streamnb.evaluation.options import OptionsError, Tables
-from streamnb.evaluation.replay import ReplayResult, replay
+from streamnb.evaluation.replay import Featurizations, ReplayResult, featurize_all, replay
 
 __all__ = ["EvaluationRun", "add_arguments", "evaluate_corpus", "format_table", "main"]
 
@@ -96,11 +96,25 @@ def evaluate_corpus(
     positive: str | None = None,
     progress: bool = False,
 ) -> list[EvaluationRun]:
-    """Replay ``corpus`` once per ``(name, tables)`` variant and compute the figures."""
+    """Replay ``corpus`` once per ``(name, tables)`` variant and compute the figures.
+
+    With several variants, each distinct ``[features]`` table is featurized once and its
+    inputs reused (the featurizer is stateless); a single variant featurizes inline, exactly as
+    the daemon does.
+    """
     runs = []
+    cache: dict[str, Featurizations] = {}
     for name, tables in variants:
         pipeline = tables.build_pipeline()
-        result = replay(pipeline, corpus.messages, progress=progress, description=name)
+        featurized = None
+        if len(variants) > 1:
+            key = json.dumps(tables.features, sort_keys=True, default=str) + str(pipeline.numeric)
+            if key not in cache:
+                cache[key] = featurize_all(pipeline, corpus.messages)
+            featurized = cache[key]
+        result = replay(
+            pipeline, corpus.messages, progress=progress, description=name, featurized=featurized
+        )
         runs.append(EvaluationRun(name, tables, result, result.report(positive)))
     return runs
 

@@ -40,7 +40,15 @@ from streamnb.codec import Message
 from streamnb.evaluation import scoring
 from streamnb.pipeline import PipelineError
 
-__all__ = ["Featurized", "ReplayResult", "class_scores", "choose_positive", "replay"]
+__all__ = [
+    "Featurized",
+    "Featurizations",
+    "ReplayResult",
+    "choose_positive",
+    "class_scores",
+    "featurize_all",
+    "replay",
+]
 
 # A false-positive budget of 0.1% of ham, the operating point spam filters are compared at.
 MAX_FPR = 0.001
@@ -53,6 +61,44 @@ class Featurized:
     tokens: Any
     numeric: Any = None
     truncated: tuple = ()
+
+
+@dataclass
+class Featurizations:
+    """Every message's pipeline output (or the reason it was rejected), and the time it took.
+
+    The featurizer keeps no state between messages, so featurizing a stream once and replaying
+    it under several model options gives each replay the inputs it would have computed itself.
+    """
+
+    prepared: list  # a Prepared, or the rejection reason (str), per message
+    seconds: list[float]
+
+
+def featurize_all(pipeline, messages: Sequence[Message]) -> Featurizations:
+    prepared, seconds = [], []
+    clock = time.perf_counter
+    for message in messages:
+        started = clock()
+        prepared.append(_prepare(pipeline, message))
+        seconds.append(clock() - started)
+    return Featurizations(prepared, seconds)
+
+
+def _prepare(pipeline, message: Message):
+    if message.label is None:
+        return "unlabelled"
+    try:
+        return pipeline.prepare(message)
+    except (PipelineError, ValueError) as error:
+        # Featurizer and pipeline errors are typed ValueErrors with a short reason; the
+        # daemon dead-letters such a message, so the replay leaves it out too.
+        return getattr(error, "reason", type(error).__name__)
+
+
+def predicted_label(log_proba: dict[str, float]) -> str | None:
+    """The most probable class; ties go to the first in sorted order, as the models' own."""
+    return max(sorted(log_proba), key=log_proba.__getitem__) if log_proba else None
 
 
 @dataclass
@@ -141,41 +187,42 @@ def replay(
     *,
     progress: bool = False,
     description: str = "replay",
+    featurized: Featurizations | None = None,
 ) -> ReplayResult:
-    """Score then learn each labelled message in order; return what was predicted."""
+    """Score then learn each labelled message in order; return what was predicted.
+
+    ``featurized`` (from :func:`featurize_all` with the same featurizer options) skips
+    featurizing again; its featurization times are counted as if spent here.
+    """
     result = ReplayResult()
     model = pipeline.model
     bar = _progress(len(messages), progress, description)
     clock = time.perf_counter
     try:
-        for message in messages:
+        for i, message in enumerate(messages):
             if bar is not None:
                 bar.update(1)
-            if message.label is None:
-                result.skipped["unlabelled"] += 1
-                continue
-            started = clock()
-            try:
-                prepared = pipeline.prepare(message)
-            except (PipelineError, ValueError) as error:
-                # Featurizer and pipeline errors are typed ValueErrors with a short reason;
-                # the daemon dead-letters such a message, so the replay leaves it out too.
-                result.skipped[getattr(error, "reason", type(error).__name__)] += 1
+            if featurized is None:
+                started = clock()
+                prepared = _prepare(pipeline, message)
                 result.seconds_featurize += clock() - started
+            else:
+                prepared = featurized.prepared[i]
+                result.seconds_featurize += featurized.seconds[i]
+            if isinstance(prepared, str):
+                result.skipped[prepared] += 1
                 continue
             prepared_at = clock()
             log_proba = model.predict_log_proba_one(prepared.x)
             model.learn_one(prepared.x, message.label)
-            finished = clock()
-            result.seconds_featurize += prepared_at - started
-            result.seconds_model += finished - prepared_at
+            result.seconds_model += clock() - prepared_at
             if getattr(prepared, "truncated", ()):
                 result.truncated += 1
             log_proba = {str(c): float(v) for c, v in log_proba.items()}
             result.ids.append(message.id)
             result.labels.append(message.label)
             result.log_proba.append(log_proba)
-            result.predicted.append(max(log_proba, key=log_proba.get) if log_proba else None)
+            result.predicted.append(predicted_label(log_proba))
     finally:
         if bar is not None:
             bar.close()

@@ -76,3 +76,23 @@ def test_vocabulary_is_chosen_from_training_documents():
     for x in inputs:
         counts.update(x)
     assert top_vocabulary(inputs, 10) == set(counts)
+
+
+def test_merging_fold_models_equals_learning_each_training_split():
+    # streamnb's models merge; the fast path must give the sequential path's accuracies.
+    from streamnb.models import make_model
+
+    rng = np.random.default_rng(1)
+    words = [f"w{i}" for i in range(30)]
+    inputs = [
+        {w: int(rng.integers(1, 3)) for w in rng.choice(words, size=5, replace=False)}
+        for _ in range(90)
+    ]
+    labels = [["a", "b", "c"][i % 3] for i in range(90)]
+    folds = kfold_indices(labels, 5, seed=2)
+    for kind in ("multinomial", "bernoulli"):
+        merged = fold_accuracies(make_model(kind), inputs, labels, folds)
+        sequential = fold_accuracies(
+            make_model(kind), inputs, labels, folds, vocabulary=len(words)
+        )  # vocabulary covering every word forces the learn-from-scratch path
+        assert merged == sequential

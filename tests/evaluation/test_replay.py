@@ -108,3 +108,26 @@ def test_the_daemon_pipeline_class_is_what_replay_drives():
     # replay only needs Pipeline.prepare and the model's two calls.
     pipeline = Pipeline(WhitespaceFeaturizer(), CountingNB())
     assert replay(pipeline, _messages(STREAM)).n == 3
+
+
+def test_prequential_order_with_the_daemon_pipeline():
+    # The real featurizer and model: the first message has no prediction, the second is
+    # scored from the first alone, so it is called spam although it is ham.
+    from streamnb.pipeline import build_pipeline
+
+    messages = _messages(STREAM)
+    result = replay(build_pipeline({"kind": "multinomial"}, {}), messages)
+    assert result.predicted == [None, "spam", "spam"]
+
+
+def test_shared_featurization_gives_the_same_replay():
+    from streamnb.evaluation.replay import featurize_all
+    from streamnb.pipeline import build_pipeline
+
+    rows = [("ham", "lunch at noon"), ("spam", "win cash now"), ("ham", "noon meeting")] * 5
+    messages = _messages(rows)
+    inline = replay(build_pipeline({"kind": "bernoulli"}, {}), messages)
+    shared = featurize_all(build_pipeline({"kind": "multinomial"}, {}), messages)
+    reused = replay(build_pipeline({"kind": "bernoulli"}, {}), messages, featurized=shared)
+    assert reused.predicted == inline.predicted
+    assert reused.log_proba == inline.log_proba
