@@ -1,4 +1,4 @@
-"""``python -m bench.peers``: streamnb next to river, scikit-learn and bogofilter on the same streams.
+"""``python -m bench.peers``: streamnb beside river, scikit-learn and bogofilter on one stream.
 
 Each (stream, filter) pair runs in its own Python process, so peak memory is that filter's
 alone: the table reports the growth of the process's peak RSS from the moment the stream was

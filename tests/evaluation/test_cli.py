@@ -26,7 +26,7 @@ def test_evaluate_sms_json_prints_the_trec_figures(data_dir):
     done = _run("evaluate", str(data_dir / "sms-spam-collection" / "SMSSpamCollection"), "--json")
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout)
-    assert REQUIRED <= set(figures)
+    assert set(figures) >= REQUIRED
     assert figures["n"] == 5574
     assert set(figures["recall"]) == {"ham", "spam"}
     assert figures["positive"] == "spam"
@@ -46,7 +46,7 @@ def test_evaluate_spamassassin_folder(data_dir, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout)
-    assert REQUIRED <= set(figures)
+    assert set(figures) >= REQUIRED
     assert figures["n"] == 1500
     assert figures["shuffle"] == 1
     assert figures["accuracy"] > 0.9
