@@ -45,6 +45,7 @@ def run_child(stream_name: str, peer: str, data: Path, limit: int | None, budget
     messages = load(stream, data, limit)
     classes = sorted({m.label for m in messages})
     flt = make_filter(peer, classes)
+    flt.warm_up()
     baseline = _maxrss_bytes(resource.RUSAGE_SELF)
     run = flt.run(messages, budget)
     peak_growth = _maxrss_bytes(resource.RUSAGE_SELF) - baseline
