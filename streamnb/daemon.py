@@ -166,6 +166,7 @@ class Daemon:
                     # committed in Kafka are never used to resume, because without the slice
                     # they cover, resuming there would silently drop what it had learned.
                     self.slices[key] = self.new_model()
+                    self.parked.pop(key, None)
                     self.offsets.pop(key, None)
                     if self.settings.kafka.start_offset == "earliest":
                         self.io.seek_to_beginning(tp)
@@ -276,7 +277,8 @@ class Daemon:
         except Exception as error:  # noqa: BLE001 - e.g. a vector of the wrong length
             self._dead_letter(record, "model_rejected", str(error))
             return
-        predicted = max(proba, key=proba.__getitem__) if proba else None
+        # Ties go to the first class in sorted order, as the models' own predict_one does.
+        predicted = max(sorted(proba), key=proba.__getitem__) if proba else None
         label = message.label
         entry = self.store.get(message.id)
         if label is None:
