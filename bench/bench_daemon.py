@@ -75,7 +75,7 @@ def spamassassin_values(seed: int = 1) -> list[tuple[bytes, bytes, str]]:
             if member.isfile() and member.name in labels:
                 blobs[member.name] = tar.extractfile(member).read()
     out = []
-    for i, (member, label) in enumerate(labels.items()):
+    for member, label in labels.items():
         obj = {"id": member, "raw_b64": base64.b64encode(blobs[member]).decode()}
         if rng.random() < 0.8:
             obj["label"] = label
