@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -492,9 +493,11 @@ class Daemon:
     def run(self) -> int:
         """Poll, process, checkpoint when due, until :meth:`request_stop`; then shut down."""
         timeout = self.settings.kafka.poll_timeout_ms
+        watchdog = PollWatchdog(self.settings.kafka.stall_seconds)
         try:
             while not self.stopping:
-                records = self.io.poll(timeout)
+                with watchdog:
+                    records = self.io.poll(timeout)
                 if records:
                     self.process(records)
                 if self.checkpoint_due():
@@ -511,6 +514,48 @@ class Daemon:
             self.io.close()
         log.info("stopped", extra={"event": "stopped"})
         return 0
+
+
+class PollWatchdog:
+    """Ends the process if one Kafka poll blocks for longer than ``limit`` seconds.
+
+    kafka-python 3 can, rarely, leave a ``poll()`` waiting forever for its IO thread (seen
+    under heavy load). A stuck daemon learns nothing and ignores SIGTERM, so the watchdog logs
+    the stall and exits with code 3 instead: nothing half-done is saved (the loop is between
+    batches), and the supervisor's restart resumes from the last checkpoint.
+
+    >>> with PollWatchdog(60.0) as watchdog:
+    ...     pass
+    >>> watchdog.since is None
+    True
+    """
+
+    def __init__(self, limit: float):
+        self.limit = limit
+        self.since: float | None = None
+        self._thread = threading.Thread(target=self._watch, name="poll-watchdog", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> PollWatchdog:
+        self.since = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.since = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.limit / 4))
+            since = self.since
+            if since is not None and time.monotonic() - since > self.limit:
+                log.error(
+                    "a Kafka poll has been blocked for %.0f s: exiting (code 3) so a restart "
+                    "resumes from the last checkpoint",
+                    time.monotonic() - since,
+                    extra={"event": "stalled"},
+                )
+                logging.shutdown()
+                os._exit(3)
 
 
 # ---------------------------------------------------------------------- entry point
