@@ -23,7 +23,9 @@ Scores used for ROC AUC:
 Lifetime ROC AUC is the Mann-Whitney statistic over a histogram of scores on the logit scale
 (bins 0.01 wide, clipped to ±40), so its state is bounded; pairs of scores within one bin count as
 ties, which bounds the error by the share of such pairs (well below 1e-3 for spread-out scores).
-The recent-window ROC AUC is exact (river's ``RollingROCAUC``).
+The recent-window ROC AUC is exact, computed from the window's scores when scraped (river's
+``RollingROCAUC`` gives 0 instead of ½ credit to a positive and a negative with the same score, and
+saturated Naive Bayes probabilities tie often).
 """
 
 from __future__ import annotations
@@ -138,6 +140,35 @@ def _cross_entropy(y_true: str, scores: Mapping[str, float]) -> float:
     return -math.log(min(max(scores.get(y_true, 0.0), 1e-15), 1 - 1e-15))
 
 
+def _exact_auc(is_positive: list[bool], scores: list[float]) -> float:
+    """Mann-Whitney ROC AUC with ties credited ½, as scikit-learn's ``roc_auc_score``.
+
+    >>> _exact_auc([False, True, False, True], [0.1, 0.35, 0.4, 0.8])
+    0.75
+    """
+    n_pos = sum(is_positive)
+    n_neg = len(is_positive) - n_pos
+    if not n_pos or not n_neg:
+        return math.nan
+    order = sorted(range(len(scores)), key=scores.__getitem__)
+    wins = 0.0
+    negatives_below = 0
+    i = 0
+    while i < len(order):
+        j = i
+        pos = neg = 0
+        while j < len(order) and scores[order[j]] == scores[order[i]]:
+            if is_positive[order[j]]:
+                pos += 1
+            else:
+                neg += 1
+            j += 1
+        wins += pos * (negatives_below + 0.5 * neg)
+        negatives_below += neg
+        i = j
+    return wins / (n_pos * n_neg)
+
+
 def _valid_probability(p) -> float:
     """A probability as a float in [0, 1]; NaN (a model bug) counts as no probability at all."""
     p = float(p)
@@ -170,7 +201,7 @@ class _Prequential:
 
     def __init__(self, window: int | None) -> None:
         self.window = window
-        self.auc: dict = {}  # class -> _ScoreHistogram (lifetime) or RollingROCAUC (window)
+        self.auc: dict[str, _ScoreHistogram] = {}  # lifetime only
         if window is None:
             self.cm = rmetrics.ConfusionMatrix()
             self.log_loss = rmetrics.CrossEntropy()
@@ -522,8 +553,6 @@ class Metrics:
             for y_true, y_pred, scores in batch:
                 recent.rolling_cm.update(y_true, y_pred)
                 recent.rolling_ll.update(y_true, scores)
-                for c, rolling in recent.auc.items():
-                    rolling.update(c == y_true, scores.get(c, 0.0))
                 self._recent_items.append((y_true, y_pred, scores))
 
     def _rebuild_recent(self, items: list[tuple[str, str, dict[str, float]]]) -> None:
@@ -535,10 +564,6 @@ class Metrics:
             losses = [_cross_entropy(yt, scores) for yt, _, scores in items]
             recent.log_loss._mean.update(x=math.fsum(losses) / len(losses), w=len(losses))
         recent.rolling_ll.window.extend(((yt, scores), {}) for yt, _, scores in items)
-        for c in sorted(self._classes):
-            rolling = recent.auc[c] = rmetrics.RollingROCAUC(window_size=self.window)
-            for yt, _, scores in items:
-                rolling.update(c == yt, scores.get(c, 0.0))
         self._recent = recent
         self._recent_items.clear()
         self._recent_items.extend(items)
@@ -626,8 +651,14 @@ class Metrics:
             return math.nan
         if not with_both:
             return math.nan
-        # river's RollingROCAUC for the window, the score histogram for the lifetime
-        values = [pre.auc[c].get() if pre.window else pre.auc[c].auc() for c in with_both]
+        if pre.window:
+            items = self._recent_items
+            values = [
+                _exact_auc([yt == c for yt, _, _ in items], [s.get(c, 0.0) for _, _, s in items])
+                for c in with_both
+            ]
+        else:
+            values = [pre.auc[c].auc() for c in with_both]
         return sum(values) / len(values)
 
     def sample(self, name: str, **labels: str) -> float | None:
