@@ -13,37 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamnb.metrics import CONSUMED_KINDS, FEEDBACK_OUTCOMES, OTHER, Metrics
 
 
-def populated() -> Metrics:
-    """A Metrics with every method called at least once."""
-    m = Metrics(window=10)
-    m.set_build_info("0.1.0", "multinomial_nb")
-    for kind in CONSUMED_KINDS:
-        m.consumed(kind, 2)
-    m.prediction_emitted(3)
-    m.learned("spam")
-    m.learned("ham", 2)
-    m.unlearned("spam")
-    m.relabelled()
-    for outcome in FEEDBACK_OUTCOMES:
-        m.feedback_outcome(outcome)
-    m.dead_lettered("bad_json")
-    m.observe_latency(0.002)
-    m.observe_end_to_end(1.5)
-    m.set_lag("mail", 0, 42)
-    m.set_lag("mail", 1, 7)
-    m.checkpoint_done(0.03, 4096)
-    m.set_model_size(1234, 56789)
-    m.observe_labelled("spam", "spam", {"spam": 0.9, "ham": 0.1})
-    m.observe_labelled("ham", "spam", {"spam": 0.7, "ham": 0.3})
-    m.observe_labelled("ham", "ham", {"spam": 0.2, "ham": 0.8})
-    return m
-
-
 def exposition(m: Metrics) -> list:
     return list(text_string_to_metric_families(generate_latest(m.registry).decode()))
 
 
-def test_counters_count_what_the_daemon_reports():
+def test_counters_count_what_the_daemon_reports(populated):
     m = populated()
     assert m.sample("streamnb_messages_consumed_total", kind="labelled") == 2
     assert m.sample("streamnb_predictions_emitted_total") == 3
@@ -94,7 +68,7 @@ def test_class_labels_stay_a_bounded_set():
     assert classes == {"spam", "ham", OTHER}
 
 
-def test_lag_series_disappear_with_their_partition():
+def test_lag_series_disappear_with_their_partition(populated):
     m = populated()
     assert m.sample("streamnb_consumer_lag_messages", topic="mail", partition="1") == 7
     m.forget_partition("mail", 1)
@@ -103,7 +77,7 @@ def test_lag_series_disappear_with_their_partition():
     assert m.sample("streamnb_consumer_lag_messages", topic="mail", partition="0") == 42
 
 
-def test_checkpoint_and_latency_metrics():
+def test_checkpoint_and_latency_metrics(populated):
     before = time.time()
     m = populated()
     stamp = m.sample("streamnb_last_checkpoint_timestamp_seconds")
@@ -120,7 +94,7 @@ def test_checkpoint_and_latency_metrics():
     assert m.sample("streamnb_model_state_bytes") == 56789
 
 
-def test_names_follow_prometheus_conventions():
+def test_names_follow_prometheus_conventions(populated):
     families = exposition(populated())
     assert families
     for family in families:
@@ -142,7 +116,7 @@ def test_each_metrics_has_its_own_registry():
     assert c.registry is shared
 
 
-def test_serve_exposes_the_registry_over_http():
+def test_serve_exposes_the_registry_over_http(populated):
     m = populated()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
