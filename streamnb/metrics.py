@@ -44,12 +44,20 @@ from prometheus_client.registry import Collector
 from river import metrics as rmetrics
 from river import utils as rutils
 
-__all__ = ["Metrics", "CONSUMED_KINDS", "FEEDBACK_OUTCOMES", "STATE_VERSION"]
+__all__ = ["Metrics", "CONSUMED_KINDS", "DEAD_LETTER_REASONS", "FEEDBACK_OUTCOMES", "STATE_VERSION"]
 
 log = logging.getLogger(__name__)
 
 CONSUMED_KINDS = ("labelled", "unlabelled", "feedback")
 FEEDBACK_OUTCOMES = ("learned", "relabelled", "duplicate", "unknown_id")
+# The daemon's dead-letter reason codes, exported at zero from the start: a counter series that
+# first appears at 1 hides its first increase from rate(). Other well-formed codes are accepted
+# up to max_reasons in all.
+DEAD_LETTER_REASONS = (
+    "bad_json", "bad_body", "bad_id", "bad_label", "bad_type", "empty_value", "missing_body",
+    "missing_label", "too_large", "wrong_type", "parse_error", "model_rejected",
+    "unknown_label", "unknown_id",
+)
 STATE_VERSION = 1
 OTHER = "_other"  # label value that absorbs classes / reasons beyond the cardinality caps
 
@@ -299,6 +307,12 @@ class _DerivedCollector(Collector):
 class Metrics:
     """All metrics of one streamnb process, in their own ``CollectorRegistry``.
 
+    ``window`` is the length of the recent window in labelled messages. ``positive_class`` is the
+    class whose probability is the ROC score with two classes. ``classes`` (the model's labels,
+    if fixed) and ``dead_letter_reasons`` are exported at zero from the start, so rate() sees
+    their first increase. ``max_classes`` and ``max_reasons`` bound the label values; beyond them
+    a class or reason is counted as ``_other``.
+
     >>> m = Metrics(window=2)
     >>> m.observe_labelled("spam", "spam", {"spam": 0.9, "ham": 0.1})
     >>> m.observe_labelled("ham", "spam", {"spam": 0.6, "ham": 0.4})
@@ -321,6 +335,8 @@ class Metrics:
         window: int = 1000,
         *,
         positive_class: str = "spam",
+        classes: Iterable[str] = (),
+        dead_letter_reasons: Iterable[str] = DEAD_LETTER_REASONS,
         max_classes: int = 64,
         max_reasons: int = 32,
     ) -> None:
@@ -368,6 +384,8 @@ class Metrics:
             "streamnb_dead_letters", "Messages sent to the dead-letter topic, by reason code.",
             ["reason"], registry=r,
         )
+        for reason in dead_letter_reasons:
+            self._dead_letters.labels(self._bounded_reason(reason))
         self._latency = Histogram(
             "streamnb_processing_latency_seconds",
             "Time to process one message, from decoding to the output being sent.",
@@ -409,6 +427,9 @@ class Metrics:
         self._window_size.set(self.window)
 
         self._reset_prequential()
+        for label in classes:  # the model's classes, if known: their counters start at zero
+            self._learned.labels(self._bounded_class(label))
+            self._unlearned.labels(self._bounded_class(label))
         r.register(_DerivedCollector(self))
 
     # ------------------------------------------------------------------ serving / build info

@@ -10,7 +10,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamnb.metrics import CONSUMED_KINDS, FEEDBACK_OUTCOMES, OTHER, Metrics
+from streamnb.metrics import (
+    CONSUMED_KINDS,
+    DEAD_LETTER_REASONS,
+    FEEDBACK_OUTCOMES,
+    OTHER,
+    Metrics,
+)
 
 
 def exposition(m: Metrics) -> list:
@@ -38,6 +44,17 @@ def test_every_kind_and_outcome_is_exported_at_zero_before_it_happens():
         assert m.sample("streamnb_feedback_total", outcome=outcome) == 0
 
 
+def test_known_reasons_and_classes_are_exported_at_zero():
+    m = Metrics(classes=["ham", "spam"])
+    for reason in DEAD_LETTER_REASONS:
+        assert m.sample("streamnb_dead_letters_total", reason=reason) == 0
+    for label in ("ham", "spam"):
+        assert m.sample("streamnb_learned_total", **{"class": label}) == 0
+        assert m.sample("streamnb_unlearned_total", **{"class": label}) == 0
+    m.dead_lettered("some_new_code")  # a well-formed code outside the list is still counted
+    assert m.sample("streamnb_dead_letters_total", reason="some_new_code") == 1
+
+
 def test_unknown_kind_or_outcome_is_a_value_error():
     m = Metrics()
     with pytest.raises(ValueError, match="kind"):
@@ -47,7 +64,7 @@ def test_unknown_kind_or_outcome_is_a_value_error():
 
 
 def test_dead_letter_reasons_stay_a_bounded_set():
-    m = Metrics(max_reasons=3)
+    m = Metrics(max_reasons=3, dead_letter_reasons=())
     for reason in ["bad_json", "too_large", "no_id", "fourth", "Not A Code!"]:
         m.dead_lettered(reason)
     reasons = {s.labels["reason"] for f in exposition(m) if f.name == "streamnb_dead_letters"
