@@ -348,6 +348,9 @@ class Metrics:
         self.max_classes = max_classes
         self.max_reasons = max_reasons
         self._lock = threading.Lock()
+        self._counter_classes: set[str] = set()  # class label values of the learned counters
+        self._reasons: set[str] = set()  # reason label values of the dead-letter counter
+        self._warned_classes = self._warned_reasons = False
         self._server = None
         self._server_thread = None
 
@@ -385,7 +388,7 @@ class Metrics:
             ["reason"], registry=r,
         )
         for reason in dead_letter_reasons:
-            self._dead_letters.labels(self._bounded_reason(reason))
+            self._dead_letters.labels(self._bounded_reason(reason))  # no other thread yet
         self._latency = Histogram(
             "streamnb_processing_latency_seconds",
             "Time to process one message, from decoding to the output being sent.",
@@ -428,8 +431,8 @@ class Metrics:
 
         self._reset_prequential()
         for label in classes:  # the model's classes, if known: their counters start at zero
-            self._learned.labels(self._bounded_class(label))
-            self._unlearned.labels(self._bounded_class(label))
+            self._learned.labels(self._counted_class(label))
+            self._unlearned.labels(self._counted_class(label))
         r.register(_DerivedCollector(self))
 
     # ------------------------------------------------------------------ serving / build info
@@ -460,10 +463,10 @@ class Metrics:
         self._predictions.inc(n)
 
     def learned(self, label: str, n: int = 1) -> None:
-        self._learned.labels(self._bounded_class(label)).inc(n)
+        self._learned.labels(self._counted_class(label)).inc(n)
 
     def unlearned(self, label: str, n: int = 1) -> None:
-        self._unlearned.labels(self._bounded_class(label)).inc(n)
+        self._unlearned.labels(self._counted_class(label)).inc(n)
 
     def relabelled(self, n: int = 1) -> None:
         self._relabelled.inc(n)
@@ -476,7 +479,9 @@ class Metrics:
         self._feedback.labels(outcome).inc()
 
     def dead_lettered(self, reason: str) -> None:
-        self._dead_letters.labels(self._bounded_reason(reason)).inc()
+        with self._lock:
+            reason = self._bounded_reason(reason)
+        self._dead_letters.labels(reason).inc()
 
     # ------------------------------------------------------------------ health
     def observe_latency(self, seconds: float) -> None:
@@ -599,31 +604,39 @@ class Metrics:
         self._auc_n = 0  # lifetime observations in the AUC histograms
 
     # ------------------------------------------------------------------ bounded labels
+    def _counted_class(self, label: str) -> str:
+        with self._lock:
+            label = self._bounded_class(label)
+            self._counter_classes.add(label)
+        return label
+
     def _bounded_class(self, label: str, pending: set[str] | None = None) -> str:
-        """``label``, or OTHER once ``max_classes`` distinct classes are known."""
+        """``label``, or OTHER once ``max_classes`` distinct classes are known (lock held)."""
         label = str(label)
-        if label in self._classes or label == OTHER:
+        if label in self._classes or label in self._counter_classes or label == OTHER:
             return label
-        seen = self._classes | self._label_values(self._learned) | (pending or set())
-        if label in seen or len(seen) < self.max_classes:
+        seen = (self._classes | self._counter_classes | (pending or set())) - {OTHER}
+        if len(seen) < self.max_classes:
             return label
-        log.warning("more than %d classes; counting %r as %r", self.max_classes, label, OTHER)
+        if not self._warned_classes:
+            self._warned_classes = True
+            log.warning("more than %d classes: further ones are counted as %r",
+                        self.max_classes, OTHER)
         return OTHER
 
     def _bounded_reason(self, reason: str) -> str:
+        """``reason``, or OTHER if malformed or beyond ``max_reasons`` codes (lock held)."""
         reason = str(reason)
-        known = self._label_values(self._dead_letters)
-        if reason in known:
+        if reason in self._reasons:
             return reason
-        if not _REASON_RE.match(reason) or len(known) >= self.max_reasons:
-            log.warning("dead-letter reason %r outside the bounded set; counted as %r",
-                        reason, OTHER)
-            return OTHER
-        return reason
-
-    @staticmethod
-    def _label_values(metric) -> set[str]:
-        return {key[0] for key in metric._metrics}  # one-label metrics: keys are 1-tuples
+        if _REASON_RE.match(reason) and len(self._reasons) < self.max_reasons:
+            self._reasons.add(reason)
+            return reason
+        if not self._warned_reasons:
+            self._warned_reasons = True
+            log.warning("dead-letter reason %r is malformed or beyond %d codes: counted as %r",
+                        reason, self.max_reasons, OTHER)
+        return OTHER
 
     # ------------------------------------------------------------------ scrape-time values
     def _positive(self, classes: list[str]) -> str:

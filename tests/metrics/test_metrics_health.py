@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import urllib.request
 
@@ -147,3 +148,33 @@ def test_serve_exposes_the_registry_over_http(populated):
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"streamnb_prequential_accuracy", "streamnb_consumer_lag_messages"} <= names
     assert 'streamnb_prequential_accuracy{window="lifetime"} 0.666' in text
+
+
+def test_scraping_while_the_daemon_observes_loses_nothing():
+    m = Metrics(window=50, dead_letter_reasons=())
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def scrape():
+        try:
+            while not done.is_set():
+                generate_latest(m.registry)
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    try:
+        for i in range(20_000):
+            label = f"class{i % 7}"
+            m.learned(label)
+            m.dead_lettered(f"reason{i % 5}")
+            m.observe_labelled(label, "class0", {"class0": 0.6, label: 0.4})
+    finally:
+        done.set()
+        scraper.join()
+    assert not errors
+    assert m.sample("streamnb_prequential_observed_total") == 20_000
+    assert sum(m.sample("streamnb_learned_total", **{"class": f"class{k}"}) for k in range(7)) == (
+        20_000
+    )
