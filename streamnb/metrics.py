@@ -10,8 +10,10 @@ Naming follows the Prometheus conventions: a ``streamnb_`` prefix, counters end 
 base units (``_seconds``, ``_bytes``), and every label has a bounded set of values (class labels
 are capped at ``max_classes``, dead-letter reasons at ``max_reasons``).
 
-The per-message path (:meth:`Metrics.observe_labelled`) only updates counts; accuracy, precision,
-recall, F1, MCC, ROC AUC and log loss are derived from those counts when Prometheus scrapes.
+The per-message path (:meth:`Metrics.observe_labelled`) only queues the observation; the counts
+are brought up to date in batches (at scrape time, on :meth:`Metrics.to_state`, or every 4096
+observations), and accuracy, precision, recall, F1, MCC, ROC AUC and log loss are derived from
+them when Prometheus scrapes.
 
 Scores used for ROC AUC:
 
@@ -522,7 +524,7 @@ class Metrics:
                 self._unscored += 1
             return
         # Only queue the observation: the counts are brought up to date in batches, when scraped
-        # or every _FOLD_EVERY observations, which keeps this call at about a microsecond.
+        # or every _FOLD_EVERY observations, which keeps this call at a few microseconds.
         with self._lock:
             self._pending.append((y_true, y_pred, dict(proba)))
             if len(self._pending) >= _FOLD_EVERY:
