@@ -179,6 +179,7 @@ def format_table(corpus: Corpus, runs: list[EvaluationRun], header: str) -> str:
     rows += [(f"recall {c}", [_fmt(f["recall"].get(c)) for f in figures]) for c in classes]
     rows += [
         ("log loss", [_fmt(f["log_loss"]) for f in figures]),
+        ("Brier score", [_fmt(f.get("brier")) for f in figures]),
         ("messages/s", [f"{f['msgs_per_s']:,.0f}" for f in figures]),
         ("  featurize s / model s", [
             f"{f['seconds_featurize']:.2f} / {f['seconds_model']:.2f}" for f in figures
