@@ -25,6 +25,7 @@ from typing import Any
 __all__ = ["OptionsError", "Tables", "add_arguments", "tables_from_args"]
 
 SECTIONS = ("model", "features")
+DEFAULT_KIND = "multinomial"  # what streamnb.pipeline.build_pipeline uses without a kind
 
 
 class OptionsError(ValueError):
@@ -89,7 +90,10 @@ class Tables:
         def one(table: dict) -> str:
             return " ".join(f"{k}={v}" for k, v in table.items()) or "defaults"
 
-        return f"model: {one(self.model)}; features: {one(self.features)}"
+        model = one(self.model)
+        if "kind" not in self.model:  # build_pipeline's default kind
+            model = f"kind={DEFAULT_KIND} " + model if self.model else f"kind={DEFAULT_KIND}"
+        return f"model: {model}; features: {one(self.features)}"
 
     def build_pipeline(self):
         from streamnb.pipeline import build_pipeline
