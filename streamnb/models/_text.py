@@ -162,7 +162,11 @@ class TextModel(Model):
             new_keys = [keys[i] for i in missing.tolist()]
             if self.n_buckets is None:
                 if not set(map(type, new_keys)) <= {str}:
-                    raise ModelInputError("tokens must be str")
+                    if not all(isinstance(key, str) for key in new_keys):
+                        raise ModelInputError("tokens must be str")
+                    # str subclasses (numpy.str_, ...) are stored as plain str so the
+                    # vocabulary serialises the same whatever produced the tokens.
+                    new_keys = [str(key) for key in new_keys]
                 self._key_bytes += sum(map(len, new_keys))  # characters: an estimate of bytes
             start = len(self._keys)
             self._reserve_rows(start + len(new_keys))
@@ -217,6 +221,7 @@ class TextModel(Model):
     def _update(self, x: Mapping[str, float], y: str, sign: float) -> None:
         check_label(y)
         keys, values = self._encode(x)
+        rows = self._rows_creating(keys)  # validates new tokens before anything changes
         column = self._column_of(y)
         self._n_docs[column] += sign
         self._active = None
@@ -225,7 +230,6 @@ class TextModel(Model):
         if not keys:
             return
         values = self._training_values(values)
-        rows = self._rows_creating(keys)
         old = self._counts[rows, column]
         new = old + sign * values
         self._counts[rows, column] = new
