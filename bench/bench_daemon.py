@@ -280,7 +280,7 @@ def main() -> int:
 
     print(f"streamnb daemon benchmark, {os.cpu_count()} CPU(s), load {os.getloadavg()[0]:.1f}")
     topics = {}
-    for name in args.streams.split(","):
+    for name in filter(None, args.streams.split(",")):
         values = STREAMS[name]()
         topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
         create_topics(args.bootstrap, {topic: 1, f"{topic}-out": 1, f"{topic}-dlq": 1})

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,8 +27,6 @@ def test_a_bad_config_value_stops_the_daemon_at_start_naming_the_key(tmp_path):
 
 
 def test_a_bad_environment_override_is_named_too(tmp_path):
-    import os
-
     env = {**os.environ, "STREAMNB_METRICS__PORT": "http"}
     result = run("--config", str(REPO / "config.toml"), env=env)
     assert result.returncode == 2
@@ -46,3 +46,19 @@ def test_a_missing_config_file_is_reported():
     result = run("--config", "/nonexistent/streamnb.toml")
     assert result.returncode == 2
     assert "cannot read /nonexistent/streamnb.toml" in result.stderr
+
+
+def test_a_stalled_poll_ends_the_process_with_code_3():
+    script = (
+        "import time\n"
+        "from streamnb.daemon import PollWatchdog\n"
+        "with PollWatchdog(0.5):\n"
+        "    time.sleep(30)\n"
+    )
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 3
+    assert "blocked" in result.stderr
+    assert time.monotonic() - started < 15
