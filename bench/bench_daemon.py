@@ -216,13 +216,17 @@ def latency(bootstrap: str, rate: float, values) -> None:
         inputs = read_all(bootstrap, topic, until=lambda r: len(r) >= len(values))
         outputs = read_all(bootstrap, f"{topic}-out", until=lambda r: len(r) >= n_out)
         sent_at = {r.offset: r.timestamp_ms for r in inputs}
-        lat = sorted(
-            r.timestamp_ms - sent_at[orjson.loads(r.value)["offset"]] for r in outputs
-        )
-        p50 = lat[len(lat) // 2]
-        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+        predictions = [orjson.loads(r.value) for r in outputs]
+        lat = sorted(r.timestamp_ms - sent_at[p["offset"]] for r, p in zip(outputs, predictions, strict=True))
+        own = sorted(p["latency_seconds"] * 1000 for p in predictions)
+
+        def pct(xs, q):
+            return xs[min(len(xs) - 1, int(len(xs) * q))]
+
         print(f"latency produce->prediction at {sent_rate:.0f} msg/s (target {rate:.0f}), "
-              f"{len(lat)} predictions: p50 {p50} ms, p99 {p99} ms, max {lat[-1]} ms")
+              f"{len(lat)} predictions: p50 {pct(lat, 0.5)} ms, p99 {pct(lat, 0.99)} ms, "
+              f"max {lat[-1]} ms; processing alone (latency_seconds): "
+              f"p50 {pct(own, 0.5):.2f} ms, p99 {pct(own, 0.99):.2f} ms")
     finally:
         daemon.stop()
         shutil.rmtree(workdir, ignore_errors=True)
