@@ -217,7 +217,10 @@ def latency(bootstrap: str, rate: float, values) -> None:
         outputs = read_all(bootstrap, f"{topic}-out", until=lambda r: len(r) >= n_out)
         sent_at = {r.offset: r.timestamp_ms for r in inputs}
         predictions = [orjson.loads(r.value) for r in outputs]
-        lat = sorted(r.timestamp_ms - sent_at[p["offset"]] for r, p in zip(outputs, predictions, strict=True))
+        lat = sorted(
+            r.timestamp_ms - sent_at[p["offset"]]
+            for r, p in zip(outputs, predictions, strict=True)
+        )
         own = sorted(p["latency_seconds"] * 1000 for p in predictions)
 
         def pct(xs, q):
