@@ -116,6 +116,9 @@ class Daemon:
         # Set when an unexpected error may have left a record half applied: from then on no
         # checkpoint is written, so a restart replays from the last consistent one.
         self.failed = False
+        # When the group last took partitions away (or the daemon started) without giving the
+        # new assignment yet; None once an assignment (possibly empty) has arrived.
+        self.rebalancing_since: float | None = time.monotonic()
 
         self._load_checkpoint()
         self.io = io_factory(self.on_assigned, self.on_revoked)
@@ -153,6 +156,7 @@ class Daemon:
     def on_assigned(self, tps: list[TP]) -> None:
         """Load each newly assigned partition's slice and seek to exactly its saved offset."""
         with self.lock:
+            self.rebalancing_since = None
             decisions = {}
             for tp in tps:
                 key = slice_key(tp)
@@ -184,6 +188,7 @@ class Daemon:
     def on_revoked(self, tps: list[TP], lost: bool = False) -> None:
         """Checkpoint before giving partitions up, then take their slices out of the model."""
         with self.lock:
+            self.rebalancing_since = time.monotonic()
             if self.pending and not self.failed:
                 # kafka-python runs this on its IO thread, where a blocking commit is not
                 # allowed; the asynchronous one is enough for lag dashboards.
@@ -487,6 +492,25 @@ class Daemon:
         )
 
     # ------------------------------------------------------------------ main loop
+    def _rebalance_stalled(self) -> bool:
+        """True (and logged) when a rebalance has not completed within ``stall_seconds``.
+
+        kafka-python 3 can, under heavy load, fail to finish rejoining the group; a daemon
+        without partitions learns nothing, so it exits (code 3) for its supervisor to restart
+        it. Partitions given up were checkpointed on revocation, so nothing is lost.
+        """
+        since = self.rebalancing_since
+        limit = self.settings.kafka.stall_seconds
+        if since is None or time.monotonic() - since <= limit:
+            return False
+        log.error(
+            "no partition assignment for %.0f s after a rebalance started: exiting (code 3) so "
+            "a restart rejoins the group",
+            time.monotonic() - since,
+            extra={"event": "stalled"},
+        )
+        return True
+
     def request_stop(self, *_: Any) -> None:
         self.stopping = True
 
@@ -502,6 +526,8 @@ class Daemon:
                     self.process(records)
                 if self.checkpoint_due():
                     self.checkpoint("interval")
+                if self._rebalance_stalled():
+                    return 3
             # Finish: the batch in hand is applied; save it, commit, close.
             if self.pending or self.checkpoints_written == 0:
                 self.checkpoint("shutdown")
