@@ -66,7 +66,9 @@ class TextModel(Model):
         self._n_docs = np.zeros(0)  # messages per class column
         self._totals = np.zeros(0)  # sum of counts per class column
         self._vocab = 0
+        self._n_negative = 0  # count cells below zero (possible in a slice after unlearning)
         self._active: np.ndarray | None = None  # cached columns of classes with messages
+        self._log_prior_cache: np.ndarray | None = None
 
     # -- options and introspection ------------------------------------------------------------
     def options(self) -> dict[str, Any]:
@@ -111,14 +113,16 @@ class TextModel(Model):
         if n == 0:
             return [], _EMPTY_F
         try:
-            values = np.fromiter(x.values(), dtype=np.float64, count=n)
+            values = np.array(list(x.values()), dtype=np.float64)
         except (TypeError, ValueError):
             raise ModelInputError("token counts must be numbers") from None
-        if not np.isfinite(values).all() or (values < 0).any():
-            raise ModelInputError("token counts must be finite and >= 0")
+        if values.ndim != 1:
+            raise ModelInputError("token counts must be numbers")
         keys = list(x)
-        if not values.all():  # drop zero counts: an absent token
-            keep = values != 0
+        if not (values > 0).all() or not math.isfinite(values.sum()):
+            if not np.isfinite(values).all() or (values < 0).any():
+                raise ModelInputError("token counts must be finite numbers >= 0")
+            keep = values != 0  # a zero count is an absent token
             keys = [k for k, kept in zip(keys, keep.tolist(), strict=True) if kept]
             values = values[keep]
         if self.n_buckets is not None and keys:
@@ -136,21 +140,20 @@ class TextModel(Model):
         return keys, values
 
     def _lookup(self, keys: list) -> np.ndarray:
-        return np.fromiter(map(self._index.get, keys, repeat(-1)), dtype=np.intp, count=len(keys))
+        return np.array(list(map(self._index.get, keys, repeat(-1))), dtype=np.intp)
 
     def _rows_in_vocabulary(self, keys: list, values: np.ndarray):
-        """Rows and counts of the tokens of a message that are in V."""
+        """Rows, counts and positions in ``keys`` of the message's tokens that are in V."""
         if not keys:
-            return _EMPTY_I, _EMPTY_F, []
+            return _EMPTY_I, _EMPTY_F, _EMPTY_I
         rows = self._lookup(keys)
         known = rows >= 0
-        if not known.any():
-            return _EMPTY_I, _EMPTY_F, []
-        known[known] = self._nnz[rows[known]] > 0
-        if known.all():
-            return rows, values, keys
-        kept_keys = [k for k, kept in zip(keys, known.tolist(), strict=True) if kept]
-        return rows[known], values[known], kept_keys
+        if len(self._keys) != self._vocab:  # some indexed tokens have left V (unlearned)
+            known[known] = self._nnz[rows[known]] > 0
+        positions = np.flatnonzero(known)
+        if positions.size == rows.size:
+            return rows, values, positions
+        return rows[positions], values[positions], positions
 
     def _rows_creating(self, keys: list) -> np.ndarray:
         rows = self._lookup(keys)
@@ -158,9 +161,13 @@ class TextModel(Model):
         if missing.size:
             new_keys = [keys[i] for i in missing.tolist()]
             if self.n_buckets is None:
-                if not all(isinstance(k, str) for k in new_keys):
-                    raise ModelInputError("tokens must be str")
-                self._key_bytes += sum(len(k.encode("utf-8", "surrogatepass")) for k in new_keys)
+                if not set(map(type, new_keys)) <= {str}:
+                    if not all(isinstance(key, str) for key in new_keys):
+                        raise ModelInputError("tokens must be str")
+                    # str subclasses (numpy.str_, ...) are stored as plain str so the
+                    # vocabulary serialises the same whatever produced the tokens.
+                    new_keys = [str(key) for key in new_keys]
+                self._key_bytes += sum(map(len, new_keys))  # characters: an estimate of bytes
             start = len(self._keys)
             self._reserve_rows(start + len(new_keys))
             self._keys.extend(new_keys)
@@ -214,25 +221,36 @@ class TextModel(Model):
     def _update(self, x: Mapping[str, float], y: str, sign: float) -> None:
         check_label(y)
         keys, values = self._encode(x)
+        rows = self._rows_creating(keys)  # validates new tokens before anything changes
         column = self._column_of(y)
         self._n_docs[column] += sign
         self._active = None
+        self._log_prior_cache = None
         self._invalidate(column)
         if not keys:
             return
         values = self._training_values(values)
-        rows = self._rows_creating(keys)
         old = self._counts[rows, column]
         new = old + sign * values
         self._counts[rows, column] = new
         self._totals[column] += sign * values.sum()
-        changed = (old == 0) != (new == 0)
-        if changed.any():
-            changed_rows = rows[changed]
-            before = self._nnz[changed_rows]
-            after = before + np.where(new[changed] != 0, 1, -1)
-            self._nnz[changed_rows] = after
-            self._vocab += int(np.count_nonzero(before == 0)) - int(np.count_nonzero(after == 0))
+        if sign > 0 and not self._n_negative:
+            # Counts only grow and none is negative: a row changes status iff it was zero.
+            became = rows[old == 0]
+            if became.size:
+                before = self._nnz[became]
+                self._nnz[became] = before + 1
+                self._vocab += int(np.count_nonzero(before == 0))
+        else:
+            self._n_negative += int(np.count_nonzero(new < 0)) - int(np.count_nonzero(old < 0))
+            changed = (old == 0) != (new == 0)
+            if changed.any():
+                changed_rows = rows[changed]
+                before = self._nnz[changed_rows]
+                after = before + np.where(new[changed] != 0, 1, -1)
+                self._nnz[changed_rows] = after
+                self._vocab += int(np.count_nonzero(before == 0)) - int(
+                    np.count_nonzero(after == 0))
         self._after_update(column, old, new)
 
     def _after_update(self, column: int, old: np.ndarray, new: np.ndarray) -> None:
@@ -259,7 +277,9 @@ class TextModel(Model):
         used = len(self._keys)
         self._nnz[:used] = np.count_nonzero(self._counts[:used], axis=1)
         self._vocab = int(np.count_nonzero(self._nnz[:used]))
+        self._n_negative = int(np.count_nonzero(self._counts[:used] < 0))
         self._active = None
+        self._log_prior_cache = None
         self._rebuild()
         return self
 
@@ -268,8 +288,10 @@ class TextModel(Model):
 
     # -- scoring ----------------------------------------------------------------------------
     def _log_prior(self, columns: np.ndarray) -> np.ndarray:
-        n_docs = self._n_docs[columns]
-        return np.log(n_docs) - math.log(n_docs.sum())
+        if self._log_prior_cache is None:
+            n_docs = self._n_docs[columns]
+            self._log_prior_cache = np.log(n_docs) - math.log(n_docs.sum())
+        return self._log_prior_cache
 
     def _scoring_values(self, values: np.ndarray) -> np.ndarray:
         return values
@@ -292,21 +314,29 @@ class TextModel(Model):
     def _score(self, x, top_k: int | None):
         columns = self._active_columns()
         keys, values = self._encode(x)
-        rows, values, keys = self._rows_in_vocabulary(keys, values)
+        rows, values, positions = self._rows_in_vocabulary(keys, values)
         values = self._scoring_values(values)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            terms = self._token_scores(rows, columns)
-            chosen = self._select_top_k(terms, top_k)
-            if chosen is not None:
-                terms, values, keys = terms[chosen], values[chosen], [keys[i] for i in chosen]
-            base = self._base_scores(columns, float(values.sum()))
-            scores = base + values @ terms
+        if self._n_negative or self._n_docs.min() < 0:
+            # A slice's own counts may be negative: log() gives NaN there, reported below.
+            with np.errstate(invalid="ignore", divide="ignore"):
+                scored = self._score_rows(columns, positions, values, rows, top_k)
+        else:
+            scored = self._score_rows(columns, positions, values, rows, top_k)
+        return (keys, *scored)
+
+    def _score_rows(self, columns, positions, values, rows, top_k):
+        terms = self._token_scores(rows, columns)
+        chosen = self._select_top_k(terms, top_k)
+        if chosen is not None:
+            terms, values, positions = terms[chosen], values[chosen], positions[chosen]
+        base = self._base_scores(columns, float(values.sum()))
+        scores = base + values @ terms
         if not np.isfinite(scores).all():
             raise ValueError(
                 "this state has negative counts (a partial slice?): only a sum of slices "
                 "can be scored"
             )
-        return columns, keys, values, terms, base, scores
+        return columns, positions, values, terms, base, scores
 
     def predict_log_proba_one(self, x: Mapping[str, float], top_k: int | None = None
                               ) -> dict[str, float]:
@@ -318,7 +348,7 @@ class TextModel(Model):
         if self._active_columns().size == 0:
             self._encode(x)  # still reject bad input
             return {}
-        columns, _, _, _, _, scores = self._score(x, self.top_k if top_k is None else top_k)
+        _, columns, _, _, _, _, scores = self._score(x, self.top_k if top_k is None else top_k)
         return log_normalise(dict(zip((self._labels[c] for c in columns), scores.tolist(),
                                       strict=True)))
 
@@ -336,8 +366,9 @@ class TextModel(Model):
             self._encode(x)
             return {"prediction": None, "log_proba": {}, "base": {}, "tokens": {},
                     "ignored": sorted(map(str, x))}
-        columns, keys, values, terms, base, scores = self._score(
+        all_keys, columns, positions, values, terms, base, scores = self._score(
             x, self.top_k if top_k is None else top_k)
+        keys = [all_keys[i] for i in positions.tolist()]
         labels = [self._labels[c] for c in columns]
         contributions = values[:, None] * terms
         order = np.argsort(-(contributions.max(axis=1) - contributions.min(axis=1)),
@@ -446,6 +477,7 @@ class TextModel(Model):
         used = len(model._keys)
         model._nnz[:used] = np.count_nonzero(model._counts[:used], axis=1)
         model._vocab = int(np.count_nonzero(model._nnz[:used]))
+        model._n_negative = int(np.count_nonzero(model._counts[:used] < 0))
         model._active = None
         model._check_loaded()
         model._rebuild()
