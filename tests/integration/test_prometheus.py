@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -31,12 +32,13 @@ from tests.integration.harness import (
     write_config,
 )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "docker" / "grafana" / "dashboards" / "streamnb.json"
-# Grafana's rate window; the whole stream is produced well within it.
-RATE_INTERVAL = "1m"
+# Stands in for Grafana's $__rate_interval: long enough to cover the whole test, so rate() and
+# histogram_quantile() see the stream even on a slow machine.
+RATE_INTERVAL = "5m"
 N_MESSAGES = 400
 
 
@@ -96,7 +98,7 @@ class PrometheusServer:
     def query(self, expr: str) -> list[dict]:
         """The result of an instant query (vector or scalar as a one-element list)."""
         url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.urlopen(url, timeout=30) as response:
             body = json.load(response)
         assert body["status"] == "success", body
         data = body["data"]
@@ -140,6 +142,8 @@ def test_every_dashboard_query_returns_data_from_a_running_daemon(
     monkeypatch.setenv("STREAMNB_METRICS__HOST", "127.0.0.1")
     monkeypatch.setenv("STREAMNB_METRICS__PORT", str(metrics_port))
     monkeypatch.setenv("STREAMNB_METRICS__WINDOW", "100")
+    # A loaded CI machine can stall the client for seconds; a rebalance would only slow the test.
+    monkeypatch.setenv("STREAMNB_KAFKA__SESSION_TIMEOUT_MS", "30000")
     config = write_config(tmp_path, kafka_bootstrap, topic_prefix, every_seconds=0.5)
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     prometheus = None
@@ -166,7 +170,7 @@ def test_every_dashboard_query_returns_data_from_a_running_daemon(
         )
         wait_caught_up(
             tmp_path / "checkpoint.json", end_offsets(kafka_bootstrap, f"{topic_prefix}-in"),
-            daemon,
+            daemon, timeout=120,
         )
 
         def scraped_everything():
@@ -175,30 +179,45 @@ def test_every_dashboard_query_returns_data_from_a_running_daemon(
             dead = prometheus.query("sum(streamnb_dead_letters_total)")
             scrapes = prometheus.query(f'count_over_time(up{{job="streamnb"}}[{RATE_INTERVAL}])')
             return (
-                consumed and float(consumed[0]["value"][1]) == n_labelled
+                # a rebalance can replay records after the last checkpoint: at least once
+                consumed and float(consumed[0]["value"][1]) >= n_labelled
                 and dead and float(dead[0]["value"][1]) >= 1
                 and float(scrapes[0]["value"][1]) >= 3
             )
 
-        wait_for(scraped_everything, 30, "Prometheus to scrape the daemon's final counts", 0.5)
+        wait_for(scraped_everything, 60, "Prometheus to scrape the daemon's final counts", 0.5)
 
-        empty, not_finite = [], []
-        for title, expr in dashboard_queries():
-            result = prometheus.query(expr)
-            if not result:
-                empty.append(f"{title}: {expr}")
-            elif not all(math.isfinite(float(series["value"][1])) for series in result):
-                not_finite.append(f"{title}: {expr} -> {result}")
+        # Instant values can briefly lack a series (a rebalance removes a partition's lag until
+        # the daemon reports it again), so poll until every query has data, then judge.
+        def evaluate_dashboard() -> tuple[list[str], list[str]]:
+            empty, not_finite = [], []
+            for title, expr in dashboard_queries():
+                result = prometheus.query(expr)
+                if not result:
+                    empty.append(f"{title}: {expr}")
+                elif not all(math.isfinite(float(series["value"][1])) for series in result):
+                    not_finite.append(f"{title}: {expr} -> {result}")
+            return empty, not_finite
+
+        deadline = time.monotonic() + 30
+        empty, not_finite = evaluate_dashboard()
+        while (empty or not_finite) and time.monotonic() < deadline:
+            time.sleep(1)
+            empty, not_finite = evaluate_dashboard()
         assert not empty, "dashboard queries without data:\n" + "\n".join(empty)
         assert not not_finite, "dashboard queries with NaN/Inf:\n" + "\n".join(not_finite)
 
         observed = prometheus.query(
             "sum(streamnb_prequential_observed_total) + sum(streamnb_prequential_unscored_total)"
         )
-        assert float(observed[0]["value"][1]) == n_labelled
+        assert float(observed[0]["value"][1]) >= n_labelled
         accuracy = prometheus.query('streamnb_prequential_accuracy{window="lifetime"}')
         assert 0.5 < float(accuracy[0]["value"][1]) <= 1.0
         assert prometheus.query('streamnb_dead_letters_total{reason!=""} > 0')
+    except AssertionError as error:
+        events = [line for line in daemon.log_path.read_text().splitlines()
+                  if '"event"' in line][-15:]
+        raise AssertionError(f"{error}\n\ndaemon events:\n" + "\n".join(events)) from None
     finally:
         if prometheus is not None:
             prometheus.stop()
