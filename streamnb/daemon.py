@@ -44,6 +44,8 @@ log = logging.getLogger("streamnb.daemon")
 TP = tuple[str, int]
 # Dead letters of one reason logged individually before the log only counts them.
 DEAD_LETTER_LOG_FIRST = 10
+# Lag of every assigned partition is refreshed this often (a scrape interval is seconds).
+LAG_REPORT_SECONDS = 1.0
 
 
 def slice_key(tp: TP) -> str:
@@ -229,9 +231,17 @@ class Daemon:
                 self.offsets[key] = record.offset + 1
             self.pending += len(records)
             self._flush_tally()
-            for tp in {(r.topic, r.partition) for r in records}:
+
+    def report_lag(self) -> None:
+        """Set the lag of every assigned partition whose high watermark is known.
+
+        Every assigned partition, not only those that just returned records: after a
+        rebalance a caught-up partition returns nothing, and its lag series must still exist.
+        """
+        with self.lock:
+            for key in self.slices:
+                tp = _tp(key)
                 high = self.io.highwater(tp)
-                key = slice_key(tp)
                 if high is not None and key in self.offsets:
                     self.metrics.set_lag(tp[0], tp[1], max(0, high - self.offsets[key]))
 
@@ -518,12 +528,16 @@ class Daemon:
         """Poll, process, checkpoint when due, until :meth:`request_stop`; then shut down."""
         timeout = self.settings.kafka.poll_timeout_ms
         watchdog = PollWatchdog(self.settings.kafka.stall_seconds)
+        lag_reported = 0.0
         try:
             while not self.stopping:
                 with watchdog:
                     records = self.io.poll(timeout)
                 if records:
                     self.process(records)
+                if time.monotonic() - lag_reported >= LAG_REPORT_SECONDS:
+                    self.report_lag()
+                    lag_reported = time.monotonic()
                 if self.checkpoint_due():
                     self.checkpoint("interval")
                 if self._rebalance_stalled():
