@@ -113,7 +113,8 @@ class BernoulliNB(TextModel):
             d_c = self._n_docs[column]
             hist = self._hist[column]
             ks = np.flatnonzero(hist)
-            total = float(hist[ks] @ np.log(d_c - ks + self.alpha)) if ks.size else 0.0
+            # fsum: exact, so the same histogram always gives the same bits
+            total = math.fsum((hist[ks] * np.log(d_c - ks + self.alpha)).tolist())
             for k, m in self._hist_negative[column].items():
                 total += m * math.log(d_c - k + self.alpha)
             self._absent_sum[column] = total
