@@ -180,7 +180,11 @@ class TextModel(Model):
             new_keys = [keys[i] for i in missing.tolist()]
             if self.n_buckets is None:
                 if not set(map(type, new_keys)) <= {str}:
-                    raise ModelInputError("tokens must be str")
+                    if not all(isinstance(key, str) for key in new_keys):
+                        raise ModelInputError("tokens must be str")
+                    # str subclasses (numpy.str_, ...) are stored as plain str so the
+                    # vocabulary serialises the same whatever produced the tokens.
+                    new_keys = [str(key) for key in new_keys]
                 self._key_bytes += sum(map(len, new_keys))  # characters: an estimate of bytes
             start = len(self._keys)
             self._reserve_rows(start + len(new_keys))

@@ -1,0 +1,494 @@
+"""Raw RFC 822 / MIME bytes -> the text fields of a mail (:func:`read_mail`).
+
+A small reader of our own rather than :mod:`email`: the standard parser walks the message line
+by line in Python and builds objects for every header, which costs more than everything else
+the featurizer does. This one splits with ``bytes.find``/``bytes.split`` and regexes, decodes
+transfer encodings with :mod:`binascii` and charsets with :mod:`streamnb.features.charsets`,
+and keeps only what featurization needs.
+
+Broken mail is read as well as it can be, never rejected for its structure: no blank line after
+the headers, a boundary that never closes, a ``multipart`` body with no boundary in it, bad
+base64, unknown charsets. Work is bounded by the options' limits (bytes, parts, depth, text,
+time); each limit hit is named in :attr:`ParsedMail.truncated`, or raised as a
+:class:`FeaturizationError` when ``on_limit = "reject"``.
+
+>>> raw = (b"From: Ann <ann@mail.example.co.uk>\\r\\nTo: bob@example.org\\r\\n"
+...        b"Subject: =?utf-8?q?Caf=C3=A9_news?=\\r\\n"
+...        b"Content-Type: multipart/mixed; boundary=XX\\r\\n\\r\\n"
+...        b"--XX\\r\\nContent-Type: text/html; charset=gb2312\\r\\n"
+...        b"Content-Transfer-Encoding: base64\\r\\n\\r\\n"
+...        + __import__("base64").b64encode("<p>发票 <b>now</b></p>".encode("gbk"))
+...        + b"\\r\\n--XX\\r\\nContent-Type: application/pdf; name=\\"bill.pdf\\"\\r\\n"
+...        + b"\\r\\n%PDF\\r\\n--XX--\\r\\n")
+>>> mail = read_mail(raw)
+>>> mail.subject, mail.from_addrs, mail.to_addrs
+('Café news', ['ann@mail.example.co.uk'], ['bob@example.org'])
+>>> [(p.content_type, p.charset, p.text) for p in mail.parts]
+[('text/html', 'gb2312', '发票 now')]
+>>> [(a.filename, a.content_type, a.size) for a in mail.attachments]
+[('bill.pdf', 'application/pdf', 4)]
+>>> registrable_domain("mail.example.co.uk"), mail.truncated
+('example.co.uk', ())
+"""
+
+from __future__ import annotations
+
+import binascii
+import re
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from streamnb.features.charsets import codec_for, decode_text
+from streamnb.features.errors import FeaturizationError
+from streamnb.features.html import html_to_text
+from streamnb.features.options import FeaturizerOptions
+
+__all__ = [
+    "Attachment",
+    "Budget",
+    "ParsedMail",
+    "TextPart",
+    "decode_header",
+    "read_mail",
+    "registrable_domain",
+]
+
+_DEFAULT_OPTIONS = FeaturizerOptions()
+
+# One header line plus its folded continuation lines. Field names are printable ASCII without
+# ':' (RFC 5322); a leading "From " mbox line or other junk simply does not match.
+_MIME_HEADERS = ("content-type", "content-transfer-encoding", "content-disposition")
+_LOOKS_LIKE_HEADER_RE = re.compile(rb"(?:From |>?[!-9;-~]+[ \t]*:)")
+_FOLD_RE = re.compile(r"\s*\n\s*")
+_ENCODED_WORD_RE = re.compile(r"=\?([^?\s]{1,40})\?([bBqQ])\?([^?\s]*)\?=")
+_ENCODED_WORD_CHARSET_RE = re.compile(rb"=\?([!-~]{1,40}?)\?[bBqQ]\?")
+_BETWEEN_ENCODED_WORDS_RE = re.compile(r"(\?=)\s+(=\?)")
+_PARAM_RE = re.compile(
+    r';\s*([!#-\'*+.0-9A-Z^-~-]+?)(\*\d*\*?)?\s*=\s*("(?:[^"\\]|\\.)*"?|[^;\s]*)', re.S
+)
+_ADDRESS_RE = re.compile(r"[\w.!#$%&'*+/=?^`{|}~-]+@[\w-]+(?:\.[\w-]+)+")
+_BASE64_JUNK_RE = re.compile(rb"[^A-Za-z0-9+/]")
+_SECOND_LEVEL = frozenset(
+    {"co", "com", "net", "org", "gov", "edu", "ac", "or", "ne", "go", "gob", "mil", "nom"}
+)
+
+
+@dataclass(slots=True)
+class TextPart:
+    """A text part of a mail: its visible text and, for HTML, the markup it came from."""
+
+    content_type: str  # "text/plain", "text/html", ...
+    charset: str | None  # as declared (None if not)
+    text: str  # visible text
+    html: str | None = None  # decoded markup of an HTML part (links and images live here)
+
+
+@dataclass(slots=True)
+class Attachment:
+    """A non-text part: its file name (if any), declared type and decoded size in bytes."""
+
+    filename: str | None
+    content_type: str
+    size: int
+
+
+@dataclass(slots=True)
+class ParsedMail:
+    """What :func:`read_mail` found in a message. Header values are decoded text."""
+
+    headers: dict[str, list[str]] = field(default_factory=dict)  # lower-case field -> values
+    subject: str = ""
+    from_addrs: list[str] = field(default_factory=list)
+    to_addrs: list[str] = field(default_factory=list)  # To and Cc
+    parts: list[TextPart] = field(default_factory=list)
+    attachments: list[Attachment] = field(default_factory=list)
+    content_type: str = "text/plain"  # of the top-level entity
+    charsets: list[str] = field(default_factory=list)  # every charset declared, in order
+    n_parts: int = 0  # MIME entities visited, the top level included
+    size: int = 0  # raw bytes (before truncation)
+    truncated: tuple[str, ...] = ()
+
+    def header(self, name: str) -> str:
+        """The first value of header ``name`` ('' if absent)."""
+        values = self.headers.get(name.lower())
+        return values[0] if values else ""
+
+    @property
+    def from_domains(self) -> list[str]:
+        return [registrable_domain(a.rpartition("@")[2]) for a in self.from_addrs]
+
+    @property
+    def to_domains(self) -> list[str]:
+        return [registrable_domain(a.rpartition("@")[2]) for a in self.to_addrs]
+
+    @property
+    def text(self) -> str:
+        """All visible text of the mail's text parts, one part after another."""
+        return "\n".join(p.text for p in self.parts)
+
+
+class Budget:
+    """The limits of one message: remembers which were hit, or raises in "reject" mode."""
+
+    __slots__ = ("options", "deadline", "hit", "text_left")
+
+    _REASONS = {
+        "max_bytes": "too_large",
+        "max_parts": "too_many_parts",
+        "max_depth": "too_deep",
+        "max_text_chars": "too_much_text",
+        "max_tokens": "too_many_tokens",
+        "max_seconds": "timeout",
+    }
+
+    def __init__(self, options: FeaturizerOptions):
+        self.options = options
+        self.deadline = time.perf_counter() + options.max_seconds
+        self.hit: list[str] = []
+        self.text_left = options.max_text_chars
+
+    def exceeded(self, limit: str) -> None:
+        """Record that ``limit`` cut the message short (or reject the message)."""
+        if self.options.on_limit == "reject":
+            raise FeaturizationError(
+                self._REASONS[limit], f"the message exceeds {limit}={getattr(self.options, limit)}"
+            )
+        if limit not in self.hit:
+            self.hit.append(limit)
+
+    def out_of_time(self) -> bool:
+        if time.perf_counter() > self.deadline:
+            self.exceeded("max_seconds")
+            return True
+        return False
+
+    def take_text(self, data: bytes) -> bytes:
+        """``data`` cut to the text budget left (a byte is at most one character)."""
+        if len(data) > self.text_left:
+            self.exceeded("max_text_chars")
+            data = data[: self.text_left]
+        return data
+
+    def spend_text(self, text: str) -> str:
+        if len(text) > self.text_left:
+            self.exceeded("max_text_chars")
+            text = text[: self.text_left]
+        self.text_left -= len(text)
+        return text
+
+
+def read_mail(
+    raw: bytes, options: FeaturizerOptions = _DEFAULT_OPTIONS, budget: Budget | None = None
+) -> ParsedMail:
+    """Read raw RFC 822 bytes into a :class:`ParsedMail`, within ``options``' limits."""
+    if budget is None:
+        budget = Budget(options)
+    mail = ParsedMail(size=len(raw))
+    if len(raw) > options.max_bytes:
+        budget.exceeded("max_bytes")
+        raw = raw[: options.max_bytes]
+    raw = bytes(raw)
+    if b"\r" in raw:
+        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    header_block, body = _split_entity(raw, top_level=True)
+    headers = _parse_headers(header_block, _wanted_headers(options.header_fields))
+    # 8-bit text with no (usable) charset of its own is read with one the message declares
+    # elsewhere: in an encoded word of a header, or in a Content-Type.
+    hint = _encoded_word_charset(headers)
+    _read_entities(mail, headers, body, hint, options, budget)
+    if hint is None and mail.charsets:
+        hint = mail.charsets[0]
+    default = options.default_charset
+    for name, value in headers:
+        text = decode_header(value, hint, default)
+        mail.headers.setdefault(name, []).append(text)
+    mail.subject = mail.header("subject")
+    for name in ("from", "sender", "reply-to"):
+        for value in mail.headers.get(name, ()):
+            mail.from_addrs.extend(a.lower() for a in _ADDRESS_RE.findall(value))
+        if mail.from_addrs:
+            break
+    for name in ("to", "cc"):
+        for value in mail.headers.get(name, ()):
+            mail.to_addrs.extend(a.lower() for a in _ADDRESS_RE.findall(value))
+    mail.truncated = tuple(budget.hit)
+    return mail
+
+
+# Headers always read (the reader itself needs them); ``options.header_fields`` adds more.
+_ALWAYS_READ = ("subject", "from", "to", "cc", "sender", "reply-to", *_MIME_HEADERS)
+
+
+@lru_cache(maxsize=32)
+def _header_re(names: tuple[str, ...]) -> re.Pattern[bytes]:
+    """A regex for the header lines (with their folded continuations) of the fields ``names``.
+
+    Matching only the wanted fields skips the dozens of ``Received``/``X-`` lines a mail carries
+    without making an object for each.
+    """
+    alternatives = b"|".join(re.escape(n.encode("ascii", "ignore")) for n in names)
+    return re.compile(rb"^(" + alternatives + rb")[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)", re.M | re.I)
+
+
+@lru_cache(maxsize=32)
+def _wanted_headers(header_fields: tuple[str, ...]) -> re.Pattern[bytes]:
+    return _header_re(tuple(dict.fromkeys(_ALWAYS_READ + header_fields)))
+
+
+_MIME_HEADER_RE = _header_re(_MIME_HEADERS)
+
+
+def _split_entity(data: bytes, top_level: bool = False) -> tuple[bytes, bytes]:
+    """(header block, body) of an entity; no headers at all if it does not start like a mail."""
+    if data.startswith(b"\n"):
+        return b"", data[1:]
+    if not _LOOKS_LIKE_HEADER_RE.match(data):
+        return b"", data
+    end = data.find(b"\n\n")
+    if end < 0:
+        return data, b""
+    return data[:end], data[end + 2 :]
+
+
+def _parse_headers(
+    block: bytes, pattern: re.Pattern[bytes] = _MIME_HEADER_RE
+) -> list[tuple[str, bytes]]:
+    """(lower-case name, raw value) of the header lines ``pattern`` picks, in order."""
+    if not block:
+        return []
+    return [(n.decode("ascii").lower(), v) for n, v in pattern.findall(block)]
+
+
+def _encoded_word_charset(headers: list[tuple[str, bytes]]) -> str | None:
+    """The charset of the first RFC 2047 encoded word in ``headers`` that names a codec."""
+    for _, value in headers:
+        if b"=?" in value:
+            for charset in _ENCODED_WORD_CHARSET_RE.findall(value):
+                if codec_for(charset.decode("ascii")):
+                    return charset.decode("ascii")
+    return None
+
+
+def decode_header(value: bytes, hint: str | None = None, default: str = "cp1252") -> str:
+    """A raw header value as text: unfolded, RFC 2047 encoded words decoded, 8-bit guessed.
+
+    >>> decode_header(b"=?gb2312?B?1tDOxA==?= and =?ISO-8859-1?Q?caf=E9?=")
+    '中文 and café'
+    >>> decode_header(b"=?utf-8?q?a?=  =?utf-8?q?b?=\\n c")
+    'ab c'
+    """
+    text = decode_text(value, None, hint, default)
+    if "\n" in text:
+        text = _FOLD_RE.sub(" ", text)
+    if "=?" in text:
+        text = _BETWEEN_ENCODED_WORDS_RE.sub(r"\1\2", text)
+        text = _ENCODED_WORD_RE.sub(lambda m: _decode_word(m, hint, default), text)
+    return text.strip()
+
+
+def _decode_word(match: re.Match, hint: str | None, default: str) -> str:
+    charset, encoding, payload = match.groups()
+    charset = charset.partition("*")[0]  # RFC 2231 language suffix: =?utf-8*en?...
+    data = payload.encode("latin-1", "replace")
+    data = _b64decode(data) if encoding in "bB" else binascii.a2b_qp(data, header=True)
+    return decode_text(data, charset, hint, default)
+
+
+def _b64decode(data: bytes) -> bytes:
+    try:
+        return binascii.a2b_base64(data)
+    except (binascii.Error, ValueError):
+        data = _BASE64_JUNK_RE.sub(b"", data)
+        data = data[: len(data) // 4 * 4]
+        try:
+            return binascii.a2b_base64(data)
+        except (binascii.Error, ValueError):
+            return b""
+
+
+def _content_type(value: str) -> tuple[str, dict[str, str]]:
+    """'type/subtype' (lower case, 'text/plain' if unusable) and parameters of a header value."""
+    head, _, rest = value.partition(";")
+    ctype = head.strip().lower()
+    if "/" not in ctype:
+        ctype = "text/plain"
+    return ctype, _params(";" + rest) if rest else {}
+
+
+def _params(text: str) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for name, star, value in _PARAM_RE.findall(text):
+        name = name.lower()
+        if value.startswith('"'):
+            value = value[1:-1] if value.endswith('"') and len(value) > 1 else value[1:]
+            if "\\" in value:
+                value = re.sub(r"\\(.)", r"\1", value)
+        if star.endswith("*"):  # RFC 2231: charset'language'percent-encoded
+            charset, _, rest = value.partition("'")
+            _, _, encoded = rest.partition("'")
+            value = _percent_decode(encoded or value, charset)
+        if star and name in params:
+            params[name] += value  # continuation: name*0, name*1, ...
+        else:
+            params[name] = value
+    return params
+
+
+def _percent_decode(text: str, charset: str) -> str:
+    from urllib.parse import unquote_to_bytes
+
+    return decode_text(unquote_to_bytes(text), charset or "utf-8")
+
+
+def _header_value(headers: list[tuple[str, bytes]], name: str) -> str:
+    for n, v in headers:
+        if n == name:
+            return decode_header(v) if b"=?" in v or not v.isascii() else _unfold(v)
+    return ""
+
+
+def _unfold(value: bytes) -> str:
+    text = value.decode("ascii")
+    return _FOLD_RE.sub(" ", text).strip() if "\n" in text else text.strip()
+
+
+def _read_entities(
+    mail: ParsedMail,
+    headers: list[tuple[str, bytes]],
+    body: bytes,
+    hint: str | None,
+    options: FeaturizerOptions,
+    budget: Budget,
+) -> None:
+    """Walk the MIME tree depth first, in document order, with an explicit stack."""
+    default = options.default_charset
+    stack: list[tuple[list[tuple[str, bytes]], bytes, int]] = [(headers, body, 0)]
+    top = True
+    while stack:
+        headers, body, depth = stack.pop()
+        if mail.n_parts >= options.max_parts:
+            budget.exceeded("max_parts")
+            return
+        if mail.n_parts and budget.out_of_time():
+            return
+        mail.n_parts += 1
+        ctype, params = _content_type(_header_value(headers, "content-type"))
+        if top:
+            mail.content_type = ctype
+            top = False
+        charset = params.get("charset")
+        if charset:
+            charset = charset.strip().lower()
+            mail.charsets.append(charset)
+            if hint is None and codec_for(charset):
+                hint = charset
+        maintype = ctype.partition("/")[0]
+        if maintype == "multipart":
+            boundary = params.get("boundary", "")
+            children = _split_multipart(body, boundary) if boundary else None
+            if children is not None:
+                if depth >= options.max_depth:
+                    budget.exceeded("max_depth")
+                    continue
+                room = options.max_parts - mail.n_parts - len(stack)
+                if len(children) > room:
+                    budget.exceeded("max_parts")
+                    children = children[: max(room, 0)]
+                for child in reversed(children):
+                    child_headers, child_body = _split_entity(child)
+                    stack.append((_parse_headers(child_headers), child_body, depth + 1))
+                continue
+            ctype = "text/plain"  # a multipart with no parts in it: its body is the text
+        elif ctype == "message/rfc822" or ctype == "message/news":
+            if depth >= options.max_depth:
+                budget.exceeded("max_depth")
+                continue
+            inner_headers, inner_body = _split_entity(body)
+            stack.append((_parse_headers(inner_headers), inner_body, depth + 1))
+            continue
+        disposition, disposition_params = _content_type(
+            _header_value(headers, "content-disposition") or "x/inline"
+        )
+        filename = disposition_params.get("filename") or params.get("name")
+        encoding = _header_value(headers, "content-transfer-encoding").lower()
+        is_text = maintype == "text" and not (disposition == "attachment" and filename)
+        if not is_text:
+            mail.attachments.append(Attachment(filename, ctype, _decoded_size(body, encoding)))
+            continue
+        if budget.text_left <= 0:
+            budget.exceeded("max_text_chars")
+            continue
+        data = _decode_transfer(body, encoding)
+        data = budget.take_text(data)
+        text = decode_text(data, charset, hint, default)
+        if ctype == "text/html" or (ctype != "text/plain" and _looks_like_html(text)):
+            html = budget.spend_text(text)
+            mail.parts.append(TextPart(ctype, charset, html_to_text(html, options.html), html))
+        else:
+            mail.parts.append(TextPart(ctype, charset, budget.spend_text(text)))
+
+
+def _looks_like_html(text: str) -> bool:
+    head = text[:2000].lower()
+    return "<html" in head or "<body" in head
+
+
+def _split_multipart(body: bytes, boundary: str) -> list[bytes] | None:
+    """The parts between ``--boundary`` lines, or ``None`` if the boundary never occurs.
+
+    A closing ``--boundary--`` that never comes ends the last part at the end of the body.
+    A line that starts with the boundary but goes on with other text (a longer boundary of a
+    nested multipart) is part content, not a delimiter.
+    """
+    delimiter = b"\n--" + boundary.encode("latin-1", "replace")
+    pieces = (b"\n" + body).split(delimiter)
+    if len(pieces) == 1:
+        return None
+    parts: list[bytes] = []
+    current: bytes | None = None
+    for piece in pieces[1:]:
+        line_end = piece.find(b"\n")
+        rest_of_line = piece if line_end < 0 else piece[:line_end]
+        if rest_of_line.startswith(b"--"):
+            if current is not None:
+                parts.append(current)
+            current = None
+            break
+        if rest_of_line.strip():
+            if current is not None:  # not a delimiter: glue it back
+                current += delimiter + piece
+            continue
+        if current is not None:
+            parts.append(current)
+        current = b"" if line_end < 0 else piece[line_end + 1 :]
+    if current is not None:
+        parts.append(current)
+    return parts
+
+
+def _decode_transfer(body: bytes, encoding: str) -> bytes:
+    if encoding == "base64":
+        return _b64decode(body)
+    if encoding == "quoted-printable":
+        return binascii.a2b_qp(body)
+    return body
+
+
+def _decoded_size(body: bytes, encoding: str) -> int:
+    if encoding == "base64":  # near enough, without decoding a file we will not read
+        return (len(body) - body.count(b"\n")) * 3 // 4
+    return len(body)
+
+
+@lru_cache(maxsize=4096)
+def registrable_domain(host: str) -> str:
+    """The domain a host name belongs to, approximately: ``a.b.example.co.uk`` -> ``example.co.uk``.
+
+    Two labels, or three when the second-to-last is a typical second-level label under a
+    country code. No public-suffix list: it is a token, not a security decision.
+    """
+    labels = host.strip(".").split(".")
+    if len(labels) >= 3 and len(labels[-1]) == 2 and labels[-2] in _SECOND_LEVEL:
+        return ".".join(labels[-3:])
+    return ".".join(labels[-2:])

@@ -1,0 +1,104 @@
+"""The featurizer's options: one frozen dataclass, filled from ``config.toml``'s ``[features]``.
+
+Every field is a plain TOML value (bool, int, float, str or list of str), so
+``FeaturizerOptions(**table)`` works on the parsed table; an unknown key raises ``TypeError``.
+Lists are stored as tuples, which keeps the options hashable and immutable.
+
+>>> opts = FeaturizerOptions(bigrams=True, stop_lists=["english"])
+>>> opts.bigrams, opts.stop_lists
+(True, ('english',))
+>>> FeaturizerOptions(colour="red")
+Traceback (most recent call last):
+...
+TypeError: FeaturizerOptions.__init__() got an unexpected keyword argument 'colour'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+__all__ = ["DEFAULT_HEADER_FIELDS", "FeaturizerOptions"]
+
+#: Headers whose content becomes prefixed tokens (``subject:free``, ``from:example.com``).
+#: ``Received`` is left out on purpose: relay host names are mostly noise, and in some corpora a
+#: single relay separates the classes, which would teach a model the collection, not the mail.
+DEFAULT_HEADER_FIELDS = (
+    "subject",
+    "from",
+    "to",
+    "cc",
+    "reply-to",
+    "sender",
+    "x-mailer",
+    "user-agent",
+)
+
+_NUMBER_MODES = ("keep", "drop", "shape")
+_ON_LIMIT = ("truncate", "reject")
+_LIST_FIELDS = ("header_fields", "stop_lists", "stop_words")
+
+
+@dataclass(frozen=True)
+class FeaturizerOptions:
+    """How raw mail and text become tokens; see ``docs/features.md`` for each option."""
+
+    # --- tokens ---------------------------------------------------------------------------
+    lowercase: bool = True
+    min_token_len: int = 2  # shorter tokens are dropped (letters, digits and symbols alike)
+    max_token_len: int = 40  # longer ones too: base64 debris, hashes, runs of one character
+    min_cjk_token_len: int = 1  # a segmented Chinese word of one character is a real word
+    numbers: str = "keep"  # "keep" | "drop" | "shape" (digits replaced by 0: "$100" -> "$000")
+    url_tokens: bool = True  # URLs also give "url:host" and "url:domain" tokens
+    header_tokens: bool = True  # tokens of ``header_fields``, prefixed by the field name
+    header_fields: tuple[str, ...] = DEFAULT_HEADER_FIELDS
+    mime_tokens: bool = True  # "mime:text/html", "charset:gb2312", "attach:pdf", ...
+    stop_lists: tuple[str, ...] = ()  # built-in stop-word lists to drop: "english", "chinese"
+    stop_words: tuple[str, ...] = ()  # further words to drop
+    bigrams: bool = False  # also count adjacent body-word pairs, as "first second"
+    cjk_segmenter: str = "rjieba"  # "rjieba" (Rust port of jieba) | "jieba" | "chars"
+    cjk_hmm: bool = True  # let the segmenter guess words missing from its dictionary
+    html: str = "selectolax"  # visible text of HTML parts: "selectolax" | "strip" (a regex)
+    default_charset: str = "cp1252"  # for 8-bit text with no usable charset declaration
+    # --- numeric meta-features ------------------------------------------------------------
+    meta_features: bool = False  # fill Features.numeric (see META_FEATURE_NAMES)
+    # --- limits ---------------------------------------------------------------------------
+    max_bytes: int = 4 * 1024 * 1024  # raw message bytes read
+    max_parts: int = 100  # MIME parts visited
+    max_depth: int = 10  # multipart nesting
+    max_text_chars: int = 1_000_000  # decoded text tokenized per message
+    max_tokens: int = 100_000  # body tokens counted per message
+    max_seconds: float = 1.0  # checked between steps; the other limits bound the real work
+    on_limit: str = "truncate"  # "truncate" (and say so in Features.truncated) | "reject"
+
+    def __post_init__(self) -> None:
+        for name in _LIST_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise TypeError(f"{name} must be a list of strings, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        object.__setattr__(
+            self, "header_fields", tuple(f.strip().lower() for f in self.header_fields)
+        )
+        _check_choice("numbers", self.numbers, _NUMBER_MODES)
+        _check_choice("on_limit", self.on_limit, _ON_LIMIT)
+        _check_choice("cjk_segmenter", self.cjk_segmenter, ("rjieba", "jieba", "chars"))
+        _check_choice("html", self.html, ("selectolax", "strip"))
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name.startswith(("max_", "min_")) and (
+                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+            ):
+                raise ValueError(f"{f.name} must be a non-negative number, got {value!r}")
+        if self.min_token_len > self.max_token_len:
+            raise ValueError("min_token_len must not exceed max_token_len")
+        import codecs
+
+        try:
+            codecs.lookup(self.default_charset)
+        except LookupError:
+            raise ValueError(f"default_charset: unknown codec {self.default_charset!r}") from None
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
