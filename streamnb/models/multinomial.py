@@ -72,13 +72,24 @@ class MultinomialNB(TextModel):
     def _token_scores(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         if not rows.size:
             return np.zeros((0, columns.size))
-        counts = self._counts[rows]
-        if columns.size != counts.shape[1]:
-            counts = counts[:, columns]
+        counts = self._gather(rows, columns)
         return np.log(counts + self.alpha) - self._log_denominators(columns)
 
-    def _base_scores(self, columns: np.ndarray, n_tokens: float) -> np.ndarray:
+    def _base_scores(self, columns: np.ndarray) -> np.ndarray:
         return self._log_prior(columns)
+
+    def _joint_scores(self, rows: np.ndarray, values: np.ndarray, columns: np.ndarray
+                      ) -> np.ndarray:
+        # Σ_k x_k log θ_kc = Σ_k x_k log(N_kc + α) − (Σ_k x_k) log(N_c + α|V|): the
+        # denominator is applied once per class instead of once per token.
+        if not rows.size:
+            return self._log_prior(columns).copy()
+        scores = self._log_prior(columns) - values.sum() * self._log_denominators(columns)
+        counts = self._gather(rows, columns)
+        counts += self.alpha  # a fresh array: fancy indexing copies
+        np.log(counts, out=counts)
+        scores += np.einsum("i,ij->j", values, counts)
+        return scores
 
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]
