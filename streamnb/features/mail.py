@@ -61,7 +61,8 @@ _DEFAULT_OPTIONS = FeaturizerOptions()
 _MIME_HEADERS = ("content-type", "content-transfer-encoding", "content-disposition")
 _LOOKS_LIKE_HEADER_RE = re.compile(rb"(?:From |>?[!-9;-~]+[ \t]*:)")
 _FOLD_RE = re.compile(r"\s*\n\s*")
-_ENCODED_WORD_RE = re.compile(r"=\?([^?\s]{1,40})\?([bBqQ])\?([^?\s]*)\?=")
+# Encoded words may not contain spaces, but mailers wrote "=?GB2312?Q?Re: =D4=AD...?=" anyway.
+_ENCODED_WORD_RE = re.compile(r"=\?([^?\s]{1,40})\?([bBqQ])\?([^?]*)\?=")
 _ENCODED_WORD_CHARSET_RE = re.compile(rb"=\?([!-~]{1,40}?)\?[bBqQ]\?")
 _BETWEEN_ENCODED_WORDS_RE = re.compile(r"(\?=)\s+(=\?)")
 _PARAM_RE = re.compile(
@@ -399,7 +400,7 @@ def _read_entities(
                     child_headers, child_body = _split_entity(child)
                     stack.append((_parse_headers(child_headers), child_body, depth + 1))
                 continue
-            ctype = "text/plain"  # a multipart with no parts in it: its body is the text
+            ctype, maintype = "text/plain", "text"  # no parts in it: its body is the text
         elif ctype == "message/rfc822" or ctype == "message/news":
             if depth >= options.max_depth:
                 budget.exceeded("max_depth")
@@ -468,7 +469,8 @@ def _split_multipart(body: bytes, boundary: str) -> list[bytes] | None:
 
 
 def _decode_transfer(body: bytes, encoding: str) -> bytes:
-    if encoding == "base64":
+    # 8-bit bytes under a base64 label: a relay decoded the part and left the label.
+    if encoding == "base64" and body.isascii():
         return _b64decode(body)
     if encoding == "quoted-printable":
         return binascii.a2b_qp(body)
