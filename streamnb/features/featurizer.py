@@ -64,12 +64,20 @@ class Featurizer:
 
     def from_raw(self, raw: bytes) -> Features:
         """Features of an RFC 822 message given as bytes."""
+        budget = Budget(self.options)
+        return self._from_mail(read_mail(_as_bytes(raw), self.options, budget), budget)
+
+    def from_mail(self, mail: ParsedMail) -> Features:
+        """Features of a mail already read with :meth:`read` (its truncations carried over)."""
+        budget = Budget(self.options)
+        budget.hit.extend(mail.truncated)
+        return self._from_mail(mail, budget)
+
+    def _from_mail(self, mail: ParsedMail, budget: Budget) -> Features:
         options = self.options
-        budget = Budget(options)
-        mail = read_mail(_as_bytes(raw), options, budget)
         text = mail.text
         counts = self._count(text, budget, urls=False)
-        if options.url_tokens:
+        if options.url_tokens:  # from the markup of HTML parts: links are not visible text
             for part in mail.parts:
                 source = part.html if part.html is not None else part.text
                 if "://" in source or "www." in source or "WWW." in source:

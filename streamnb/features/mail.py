@@ -59,7 +59,9 @@ _DEFAULT_OPTIONS = FeaturizerOptions()
 # One header line plus its folded continuation lines. Field names are printable ASCII without
 # ':' (RFC 5322); a leading "From " mbox line or other junk simply does not match.
 _MIME_HEADERS = ("content-type", "content-transfer-encoding", "content-disposition")
-_LOOKS_LIKE_HEADER_RE = re.compile(rb"(?:From |>?[!-9;-~]+[ \t]*:)")
+# A mail starts with a header line (or an mbox "From " line); some archived articles start
+# with the continuation lines of a header whose first line was cut off.
+_LOOKS_LIKE_HEADER_RE = re.compile(rb"(?:[ \t][^\n]*+\n)*+(?:From |>?[!-9;-~]+[ \t]*:)")
 _FOLD_RE = re.compile(r"\s*\n\s*")
 # Encoded words may not contain spaces, but mailers wrote "=?GB2312?Q?Re: =D4=AD...?=" anyway.
 _ENCODED_WORD_RE = re.compile(r"=\?([^?\s]{1,40})\?([bBqQ])\?([^?]*)\?=")
