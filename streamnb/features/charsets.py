@@ -109,7 +109,7 @@ def codec_for(label: str | None) -> str | None:
         info = codecs.lookup(name)
     except (LookupError, ValueError):
         return None
-    if not getattr(info, "_is_text_encoding", True) or info.name in _NOT_CHARSETS:
+    if not getattr(info, "_is_text_encoding", True) or info.name.replace("-", "_") in _NOT_CHARSETS:
         return None
     return ALIASES.get(info.name, info.name)
 

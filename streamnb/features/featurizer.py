@@ -18,6 +18,7 @@ Counter({'cash': 2, 'now': 1})
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,9 @@ from streamnb.features.options import FeaturizerOptions
 from streamnb.features.tokenize import Tokenizer, url_hosts, url_tokens
 
 __all__ = ["Featurizer", "Features"]
+
+# Surrogates that surrogateescape did not make (it maps bytes 0x80-0xFF to U+DC80-U+DCFF).
+_NOT_A_BYTE_RE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 
 # Header fields whose tokens are addresses and domains rather than words.
 _ADDRESS_FIELDS = frozenset(
@@ -167,6 +171,6 @@ def _as_bytes(raw: bytes) -> bytes:
     if isinstance(raw, str):  # a mail that went through a text channel; keep unknown bytes
         try:
             return raw.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            return raw.encode("utf-8", "replace")
+        except UnicodeEncodeError:  # a lone surrogate that stands for no byte
+            return _NOT_A_BYTE_RE.sub("\ufffd", raw).encode("utf-8", "surrogateescape")
     raise FeaturizationError("wrong_type", f"raw mail must be bytes, not {type(raw).__name__}")
