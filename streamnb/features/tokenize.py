@@ -119,16 +119,40 @@ class Tokenizer:
             return self._ascii_word_re.findall(text)
         if not _HAN_CHAR_RE.search(text):
             return self._word_re.findall(text)
-        words: list[str] = []
+        chunks = _HAN_RUN_RE.split(text)  # other text, Han run, other text, Han run, ...
+        segmented = iter(self._segment(" ".join(chunks[1::2])))  # one call for all runs
         find = self._word_re.findall
-        segment = self._segment
         lo, hi = self.options.min_cjk_token_len, self.options.max_token_len
-        for i, chunk in enumerate(_HAN_RUN_RE.split(text)):
-            if i % 2:
-                words += [w for w in segment(chunk) if lo <= len(w) <= hi]
-            elif chunk:
-                words += find(chunk)
+        words: list[str] = []
+        for i, chunk in enumerate(chunks):
+            if not i % 2:
+                if chunk:
+                    words += find(chunk)
+                continue
+            for word in segmented:  # this run's words, up to the " " between runs
+                if word == " ":
+                    break
+                if lo <= len(word) <= hi:
+                    words.append(word)
         return words
+
+    def _bag_of_words(self, text: str) -> Counter[str]:
+        """Counts of :meth:`words` without putting Chinese and other words back in order."""
+        if self.options.lowercase:
+            text = text.lower()
+        if text.isascii():
+            return Counter(self._ascii_word_re.findall(text))
+        if not _HAN_CHAR_RE.search(text):
+            return Counter(self._word_re.findall(text))
+        chunks = _HAN_RUN_RE.split(text)
+        counts = Counter(self._word_re.findall(" ".join(chunks[0::2])))
+        chinese = Counter(self._segment(" ".join(chunks[1::2])))
+        chinese.pop(" ", None)
+        lo, hi = self.options.min_cjk_token_len, self.options.max_token_len
+        for word in [w for w in chinese if not lo <= len(w) <= hi]:
+            del chinese[word]
+        counts.update(chinese)
+        return counts
 
     def count(
         self,
@@ -143,24 +167,16 @@ class Tokenizer:
         ``urls=False`` leaves URL tokens to the caller (a mail takes them from its HTML).
         """
         options = self.options
-        words = self.words(text)
-        if max_tokens is not None and len(words) > max_tokens:
-            words = words[:max_tokens]
-            if on_cut is not None:
-                on_cut()
-        if options.numbers != "keep":
-            words = self._numbers(words)
-        if options.bigrams:
-            if self._stop:
-                stop = self._stop
-                words = [w for w in words if w not in stop]
-            counts = Counter(words)
-            counts.update(map(" ".join, zip(words, words[1:], strict=False)))
-        else:
-            counts = Counter(words)
-            if self._stop:  # the stop list is short, the counts may be long
-                for word in [w for w in self._stop if w in counts]:
-                    del counts[word]
+        counts = None
+        if not options.bigrams and options.numbers == "keep":
+            counts = self._bag_of_words(text)  # the fast path: order does not matter
+            if max_tokens is not None and counts.total() > max_tokens:
+                counts = None  # cut in order, below
+        if counts is None:
+            counts = self._count_in_order(text, max_tokens, on_cut)
+        elif self._stop:  # the stop list is short, the counts may be long
+            for word in [w for w in self._stop if w in counts]:
+                del counts[word]
         if "$" in text and options.numbers != "drop":
             money = _MONEY_RE.findall(text)
             if options.numbers == "shape":
@@ -168,6 +184,24 @@ class Tokenizer:
             counts.update(money)
         if urls and options.url_tokens:
             counts.update(url_tokens(url_hosts(text)))
+        return counts
+
+    def _count_in_order(
+        self, text: str, max_tokens: int | None, on_cut: Callable[[], None] | None
+    ) -> Counter[str]:
+        words = self.words(text)
+        if max_tokens is not None and len(words) > max_tokens:
+            words = words[:max_tokens]
+            if on_cut is not None:
+                on_cut()
+        if self.options.numbers != "keep":
+            words = self._numbers(words)
+        if self._stop:
+            stop = self._stop
+            words = [w for w in words if w not in stop]
+        counts = Counter(words)
+        if self.options.bigrams:
+            counts.update(map(" ".join, zip(words, words[1:], strict=False)))
         return counts
 
     def prefixed(self, prefix: str, text: str) -> list[str]:

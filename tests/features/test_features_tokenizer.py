@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -210,3 +213,19 @@ def test_tokens_respect_the_bounds_and_lowercasing(text):
 def test_from_tokens_total_count_equals_input_length(tokens):
     result = Featurizer().from_tokens(tokens)
     assert sum(result.tokens.values()) == len(tokens)
+
+
+_MIXED = st.text(
+    alphabet=st.sampled_from(list("发票优惠正规增值税我司办理ab Z9$.，！\n_é")), max_size=200
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_MIXED)
+def test_fast_count_equals_counting_the_ordered_words(text):
+    tokenizer = Tokenizer()
+    expected = Counter(tokenizer.words(text))
+    expected.update(re.findall(r"\$\d+", text))  # money tokens come on top of the words
+    assert tokenizer.count(text) == expected
+    # the same words, cut in order when there are too many
+    assert sum(tokenizer.count(text, max_tokens=3).values()) <= 3 + text.count("$")
