@@ -80,17 +80,20 @@ class Featurizer:
     def _from_mail(self, mail: ParsedMail, budget: Budget) -> Features:
         options = self.options
         text = mail.text
-        counts = self._count(text, budget, urls=False)
-        if options.url_tokens:  # from the markup of HTML parts: links are not visible text
-            for part in mail.parts:
-                source = part.html if part.html is not None else part.text
-                if "://" in source or "www." in source or "WWW." in source:
-                    counts.update(url_tokens(url_hosts(source)))
+        counts, n_words = self._count(text, budget, urls=False)
+        hosts = None
+        if options.url_tokens or options.meta_features:
+            # from the markup of HTML parts: links are not visible text
+            hosts = [h for part in mail.parts for h in url_hosts(part.html or part.text)]
+            if options.url_tokens:
+                counts.update(url_tokens(hosts))
         if options.header_tokens:
             counts.update(self._header_tokens(mail))
         if options.mime_tokens:
             counts.update(_mime_tokens(mail))
-        numeric = meta_features(mail, text, counts) if options.meta_features else None
+        numeric = None
+        if options.meta_features:
+            numeric = meta_features(mail, text, counts, n_words, hosts)
         return Features(counts, numeric, tuple(budget.hit))
 
     def from_text(self, text: str) -> Features:
@@ -99,8 +102,10 @@ class Featurizer:
             raise FeaturizationError("wrong_type", f"text must be str, not {type(text).__name__}")
         budget = Budget(self.options)
         text = budget.spend_text(text)
-        counts = self._count(text, budget)
-        numeric = meta_features(None, text, counts) if self.options.meta_features else None
+        counts, n_words = self._count(text, budget)
+        numeric = None
+        if self.options.meta_features:
+            numeric = meta_features(None, text, counts, n_words)
         return Features(counts, numeric, tuple(budget.hit))
 
     def from_tokens(self, tokens: Sequence[str]) -> Features:
@@ -115,10 +120,10 @@ class Featurizer:
             tokens = [t.lower() for t in tokens]
         return Features(Counter(tokens), None, tuple(budget.hit))
 
-    def _count(self, text: str, budget: Budget, urls: bool = True) -> Counter[str]:
+    def _count(self, text: str, budget: Budget, urls: bool = True) -> tuple[Counter[str], int]:
         if budget.out_of_time():
-            return Counter()
-        return self.tokenizer.count(
+            return Counter(), 0
+        return self.tokenizer.count_words(
             text, self.options.max_tokens, lambda: budget.exceeded("max_tokens"), urls
         )
 

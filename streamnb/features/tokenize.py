@@ -166,17 +166,28 @@ class Tokenizer:
         At most ``max_tokens`` words are counted; ``on_cut`` is called if that cut the text.
         ``urls=False`` leaves URL tokens to the caller (a mail takes them from its HTML).
         """
+        return self.count_words(text, max_tokens, on_cut, urls)[0]
+
+    def count_words(
+        self,
+        text: str,
+        max_tokens: int | None = None,
+        on_cut: Callable[[], None] | None = None,
+        urls: bool = True,
+    ) -> tuple[Counter[str], int]:
+        """:meth:`count`, and the number of words read (stop words included, bigrams not)."""
         options = self.options
         counts = None
         if not options.bigrams and options.numbers == "keep":
             counts = self._bag_of_words(text)  # the fast path: order does not matter
-            if max_tokens is not None and counts.total() > max_tokens:
+            n_words = counts.total()
+            if max_tokens is not None and n_words > max_tokens:
                 counts = None  # cut in order, below
+            elif self._stop:  # the stop list is short, the counts may be long
+                for word in [w for w in self._stop if w in counts]:
+                    del counts[word]
         if counts is None:
-            counts = self._count_in_order(text, max_tokens, on_cut)
-        elif self._stop:  # the stop list is short, the counts may be long
-            for word in [w for w in self._stop if w in counts]:
-                del counts[word]
+            counts, n_words = self._count_in_order(text, max_tokens, on_cut)
         if "$" in text and options.numbers != "drop":
             money = _MONEY_RE.findall(text)
             if options.numbers == "shape":
@@ -184,16 +195,17 @@ class Tokenizer:
             counts.update(money)
         if urls and options.url_tokens:
             counts.update(url_tokens(url_hosts(text)))
-        return counts
+        return counts, n_words
 
     def _count_in_order(
         self, text: str, max_tokens: int | None, on_cut: Callable[[], None] | None
-    ) -> Counter[str]:
+    ) -> tuple[Counter[str], int]:
         words = self.words(text)
         if max_tokens is not None and len(words) > max_tokens:
             words = words[:max_tokens]
             if on_cut is not None:
                 on_cut()
+        n_words = len(words)
         if self.options.numbers != "keep":
             words = self._numbers(words)
         if self._stop:
@@ -202,7 +214,7 @@ class Tokenizer:
         counts = Counter(words)
         if self.options.bigrams:
             counts.update(map(" ".join, zip(words, words[1:], strict=False)))
-        return counts
+        return counts, n_words
 
     def prefixed(self, prefix: str, text: str) -> list[str]:
         """The words of ``text`` (stop words kept) as ``prefix:word`` tokens."""
