@@ -146,12 +146,13 @@ class Tokenizer:
             return Counter(self._word_re.findall(text))
         chunks = _HAN_RUN_RE.split(text)
         counts = Counter(self._word_re.findall(" ".join(chunks[0::2])))
-        chinese = Counter(self._segment(" ".join(chunks[1::2])))
-        chinese.pop(" ", None)
+        chinese = self._segment(" ".join(chunks[1::2]))
+        counts.update(chinese)  # a list: counted in C, where a Counter would loop in Python
+        counts.pop(" ", None)
         lo, hi = self.options.min_cjk_token_len, self.options.max_token_len
-        for word in [w for w in chinese if not lo <= len(w) <= hi]:
-            del chinese[word]
-        counts.update(chinese)
+        if lo > 1 or max(map(len, chinese), default=0) > hi:
+            for word in {w for w in chinese if not lo <= len(w) <= hi}:
+                counts.pop(word, None)
         return counts
 
     def count(
