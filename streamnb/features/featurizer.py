@@ -29,6 +29,7 @@ from streamnb.features.mail import Budget, ParsedMail, read_mail, registrable_do
 from streamnb.features.meta import meta_features
 from streamnb.features.options import FeaturizerOptions
 from streamnb.features.tokenize import Tokenizer, url_hosts, url_tokens
+from streamnb.hashing import stable_bucket
 
 __all__ = ["Featurizer", "Features"]
 
@@ -94,7 +95,7 @@ class Featurizer:
         numeric = None
         if options.meta_features:
             numeric = meta_features(mail, text, counts, n_words, hosts)
-        return Features(counts, numeric, tuple(budget.hit))
+        return Features(self._hashed(counts), numeric, tuple(budget.hit))
 
     def from_text(self, text: str) -> Features:
         """Features of plain text (an SMS, a note): the same tokenizer, no headers."""
@@ -106,7 +107,7 @@ class Featurizer:
         numeric = None
         if self.options.meta_features:
             numeric = meta_features(None, text, counts, n_words)
-        return Features(counts, numeric, tuple(budget.hit))
+        return Features(self._hashed(counts), numeric, tuple(budget.hit))
 
     def from_tokens(self, tokens: Sequence[str]) -> Features:
         """Counts of pre-split tokens (lower-cased if ``lowercase``); nothing else is done."""
@@ -118,7 +119,17 @@ class Featurizer:
             tokens = tokens[: self.options.max_tokens]
         if self.options.lowercase:
             tokens = [t.lower() for t in tokens]
-        return Features(Counter(tokens), None, tuple(budget.hit))
+        return Features(self._hashed(Counter(tokens)), None, tuple(budget.hit))
+
+    def _hashed(self, counts: Counter[str]) -> Counter[str]:
+        """``counts`` with each token replaced by its hash bucket, if ``hash_buckets`` is set."""
+        n_buckets = self.options.hash_buckets
+        if not n_buckets:
+            return counts
+        hashed: Counter[str] = Counter()
+        for token, n in counts.items():
+            hashed[f"#{stable_bucket(token, n_buckets)}"] += n
+        return hashed
 
     def _count(self, text: str, budget: Budget, urls: bool = True) -> tuple[Counter[str], int]:
         if budget.out_of_time():

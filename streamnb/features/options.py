@@ -59,6 +59,7 @@ class FeaturizerOptions:
     cjk_hmm: bool = True  # let the segmenter guess words missing from its dictionary
     html: str = "selectolax"  # visible text of HTML parts: "selectolax" | "strip" (a regex)
     default_charset: str = "cp1252"  # for 8-bit text with no usable charset declaration
+    hash_buckets: int = 0  # > 0: tokens become "#<bucket>" of a stable hash (bounded vocabulary)
     # --- numeric meta-features ------------------------------------------------------------
     meta_features: bool = False  # fill Features.numeric (see META_FEATURE_NAMES)
     # --- limits ---------------------------------------------------------------------------

@@ -141,3 +141,14 @@ def test_hash_buckets_are_the_same_in_another_process():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == str(here)
+
+
+def test_hash_buckets_bound_the_vocabulary_and_keep_the_counts():
+    raw = b"Subject: cheap pills\n\ncheap cheap pills http://pills.example.com/"
+    plain = Featurizer().from_raw(raw).tokens
+    hashed = Featurizer(FeaturizerOptions(hash_buckets=8)).from_raw(raw).tokens
+    assert sum(hashed.values()) == sum(plain.values())
+    assert all(t.startswith("#") and 0 <= int(t[1:]) < 8 for t in hashed)
+    assert hashed[f"#{stable_bucket('cheap', 8)}"] >= plain["cheap"]
+    tokens = Featurizer(FeaturizerOptions(hash_buckets=1 << 20)).from_tokens(["a", "A"]).tokens
+    assert dict(tokens) == {f"#{stable_bucket('a', 1 << 20)}": 2}
