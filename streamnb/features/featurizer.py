@@ -24,8 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from streamnb.features.errors import FeaturizationError
-from streamnb.features.mail import _ADDRESS_RE as ADDRESS_RE
-from streamnb.features.mail import Budget, ParsedMail, read_mail, registrable_domain
+from streamnb.features.mail import ADDRESS_RE, Budget, ParsedMail, read_mail, registrable_domain
 from streamnb.features.meta import meta_features
 from streamnb.features.options import FeaturizerOptions
 from streamnb.features.tokenize import Tokenizer, url_hosts, url_tokens

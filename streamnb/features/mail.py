@@ -70,7 +70,7 @@ _BETWEEN_ENCODED_WORDS_RE = re.compile(r"(\?=)\s+(=\?)")
 _PARAM_RE = re.compile(
     r';\s*([!#-\'*+.0-9A-Z^-~-]+?)(\*\d*\*?)?\s*=\s*("(?:[^"\\]|\\.)*"?|[^;\s]*)', re.S
 )
-_ADDRESS_RE = re.compile(r"[\w.!#$%&'*+/=?^`{|}~-]+@[\w-]+(?:\.[\w-]+)+")
+ADDRESS_RE = re.compile(r"[\w.!#$%&'*+/=?^`{|}~-]+@[\w-]+(?:\.[\w-]+)+")
 _BASE64_JUNK_RE = re.compile(rb"[^A-Za-z0-9+/]")
 _SECOND_LEVEL = frozenset(
     {"co", "com", "net", "org", "gov", "edu", "ac", "or", "ne", "go", "gob", "mil", "nom"}
@@ -194,7 +194,7 @@ def read_mail(
     raw = bytes(raw)
     if b"\r" in raw:
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    header_block, body = _split_entity(raw, top_level=True)
+    header_block, body = _split_entity(raw)
     headers = _parse_headers(header_block, _wanted_headers(options.header_fields))
     # 8-bit text with no (usable) charset of its own is read with one the message declares
     # elsewhere: in an encoded word of a header, or in a Content-Type.
@@ -209,12 +209,12 @@ def read_mail(
     mail.subject = mail.header("subject")
     for name in ("from", "sender", "reply-to"):
         for value in mail.headers.get(name, ()):
-            mail.from_addrs.extend(a.lower() for a in _ADDRESS_RE.findall(value))
+            mail.from_addrs.extend(a.lower() for a in ADDRESS_RE.findall(value))
         if mail.from_addrs:
             break
     for name in ("to", "cc"):
         for value in mail.headers.get(name, ()):
-            mail.to_addrs.extend(a.lower() for a in _ADDRESS_RE.findall(value))
+            mail.to_addrs.extend(a.lower() for a in ADDRESS_RE.findall(value))
     mail.truncated = tuple(budget.hit)
     return mail
 
@@ -242,7 +242,7 @@ def _wanted_headers(header_fields: tuple[str, ...]) -> re.Pattern[bytes]:
 _MIME_HEADER_RE = _header_re(_MIME_HEADERS)
 
 
-def _split_entity(data: bytes, top_level: bool = False) -> tuple[bytes, bytes]:
+def _split_entity(data: bytes) -> tuple[bytes, bytes]:
     """(header block, body) of an entity; no headers at all if it does not start like a mail."""
     if data.startswith(b"\n"):
         return b"", data[1:]

@@ -40,6 +40,10 @@ _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef"
 _HAN_RUN_RE = re.compile(f"([{_HAN}]+)")
 _HAN_CHAR_RE = re.compile(f"[{_HAN}]")
 _MONEY_RE = re.compile(r"\$\d+")
+# Non-ASCII characters that are never part of a word and are common in mail (no-break space,
+# typographic quotes and dashes, bullets). Replacing them with spaces changes no word, and
+# often leaves ASCII text, which the much faster ASCII-only regex can split.
+_NON_ASCII_SEPARATORS = "\xa0\u2019\u201c\u201d\u2018\u2022\u2014\u2013\u00b7\u2026\u00a9\u00ae"
 # What may follow "scheme://": optional user info, then the host name.
 _URL_HOST_RE = re.compile(r"(?:[^\s/?#@\"'<>]{0,64}@)?([\w-]+(?:\.[\w-]+)+)", re.A)
 _HOST_RE = re.compile(r"[\w-]+(?:\.[\w-]+)+", re.A)
@@ -113,8 +117,7 @@ class Tokenizer:
 
         Stop words, money and number rules are applied by :meth:`count`, not here.
         """
-        if self.options.lowercase:
-            text = text.lower()
+        text = self._prepare(text)
         if text.isascii():
             return self._ascii_word_re.findall(text)
         if not _HAN_CHAR_RE.search(text):
@@ -136,10 +139,18 @@ class Tokenizer:
                     words.append(word)
         return words
 
-    def _bag_of_words(self, text: str) -> Counter[str]:
-        """Counts of :meth:`words` without putting Chinese and other words back in order."""
+    def _prepare(self, text: str) -> str:
         if self.options.lowercase:
             text = text.lower()
+        if not text.isascii():
+            for separator in _NON_ASCII_SEPARATORS:
+                if separator in text:
+                    text = text.replace(separator, " ")
+        return text
+
+    def _bag_of_words(self, text: str) -> Counter[str]:
+        """Counts of :meth:`words` without putting Chinese and other words back in order."""
+        text = self._prepare(text)
         if text.isascii():
             return Counter(self._ascii_word_re.findall(text))
         if not _HAN_CHAR_RE.search(text):
