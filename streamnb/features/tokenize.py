@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
+from itertools import filterfalse
 
 from streamnb.features.mail import registrable_domain
 from streamnb.features.options import FeaturizerOptions
@@ -221,8 +222,7 @@ class Tokenizer:
         if self.options.numbers != "keep":
             words = self._numbers(words)
         if self._stop:
-            stop = self._stop
-            words = [w for w in words if w not in stop]
+            words = list(filterfalse(self._stop.__contains__, words))  # C-level loop
         counts = Counter(words)
         if self.options.bigrams:
             counts.update(map(" ".join, zip(words, words[1:], strict=False)))
