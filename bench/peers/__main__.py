@@ -1,0 +1,297 @@
+"""``python -m bench.peers``: streamnb beside river, scikit-learn and bogofilter on one stream.
+
+Each (stream, filter) pair runs in its own Python process, so peak memory is that filter's
+alone: the table reports the growth of the process's peak RSS from the moment the stream was
+loaded (for bogofilter: the largest bogofilter process, plus its word list on disk). Every
+filter is scored by ``streamnb.evaluation.scoring`` from its own per-message scores.
+
+    python -m bench.peers                       # all streams and filters, print the table
+    python -m bench.peers --write docs/benchmarks.md
+    python -m bench.peers --streams sms --peers streamnb,bogofilter --limit 1000
+    python -m bench.peers --peers streamnb,bogofilter --set model.alpha=0.1 --cache /tmp/peers
+
+streamnb runs with ``./config.toml`` (``--config``, ``--set`` as in ``streamnb evaluate``).
+``--cache DIR`` keeps every other filter's row and reuses it on the next run with the same
+stream and limit, so trying streamnb options against bogofilter costs streamnb's time only.
+
+river's BernoulliNB loops over its whole vocabulary for every message, so on mail it would run
+for hours: it stops after ``--budget`` seconds, and its row covers the messages it reached and
+says so. Every other filter runs the whole stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.peers.filters import BUDGETED, PEERS, make_filter
+from bench.peers.streams import DEFAULT_DATA, STREAMS, load
+from streamnb.evaluation import scoring
+from streamnb.evaluation.options import Tables
+
+REPO = Path(__file__).resolve().parents[2]
+BEGIN = "<!-- peers:begin -->"
+END = "<!-- peers:end -->"
+
+
+def _maxrss_bytes(who: int) -> int:
+    return resource.getrusage(who).ru_maxrss * 1024  # Linux reports KiB
+
+
+def run_child(
+    stream_name: str,
+    peer: str,
+    data: Path,
+    limit: int | None,
+    budget: float,
+    tables: Tables | None = None,
+) -> dict:
+    stream = STREAMS[stream_name]
+    messages = load(stream, data, limit)
+    classes = sorted({m.label for m in messages})
+    flt = make_filter(peer, classes, tables)
+    flt.warm_up()
+    baseline = _maxrss_bytes(resource.RUSAGE_SELF)
+    run = flt.run(messages, budget if peer in BUDGETED else math.inf)
+    peak_growth = _maxrss_bytes(resource.RUSAGE_SELF) - baseline
+    y = np.array([label == "spam" for label in run.labels])
+    predicted = np.array([p == "spam" for p in run.predicted])
+    correct = np.array([p == t for p, t in zip(run.predicted, run.labels, strict=True)])
+    figures = {
+        "stream": stream_name,
+        "peer": peer,
+        "n": len(run.labels),
+        "n_stream": len(messages),
+        "finished": run.finished,
+        "accuracy": float(correct.mean()),
+        **scoring.binary_report(y, np.array(run.scores, dtype=float), predicted),
+        "msgs_per_s": len(run.labels) / run.seconds if run.seconds else None,
+        "model_msgs_per_s": (
+            len(run.labels) / run.seconds_model if run.seconds_model else None
+        ),
+        "peak_memory_bytes": peak_growth,
+        "commit": _commit(),
+        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        **run.notes,
+    }
+    if peer == "bogofilter":
+        figures["peak_memory_bytes"] = _maxrss_bytes(resource.RUSAGE_CHILDREN) + run.notes.get(
+            "wordlist_bytes", 0
+        )
+    return figures
+
+
+def _commit() -> str:
+    """The code a row was measured with (a cached row may be older than the table)."""
+    done = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=REPO,
+        check=False,
+    )
+    return done.stdout.strip() or "?"
+
+
+def _machine() -> dict:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import river
+    import sklearn
+
+    bogofilter = subprocess.run(["bogofilter", "-V"], capture_output=True, text=True, check=False)
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "river": river.__version__,
+        "scikit-learn": sklearn.__version__,
+        "bogofilter": (bogofilter.stdout.splitlines() or ["?"])[0],
+        "os": platform.platform(),
+        "load": "{:.1f} {:.1f} {:.1f}".format(*os.getloadavg()),
+    }
+
+
+def _fmt(value, spec: str) -> str:
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "-"
+    return format(value, spec)
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| stream | filter | messages | accuracy | (1-ROCA)% | lam% | spam recall @ 0.1% FPR "
+        "| msgs/s | model msgs/s | peak memory MiB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['stream']} | {r['peer']} | failed: {r['error'][:80]} |||||||")
+            continue
+        n = f"{r['n']:,}" if r["finished"] else f"{r['n']:,} of {r['n_stream']:,} (budget)"
+        lines.append(
+            f"| {r['stream']} | {r['peer']} | {n} | {_fmt(r['accuracy'], '.4f')} "
+            f"| {_fmt(r.get('one_minus_auc_pct'), '.3f')} | {_fmt(r.get('lam_pct'), '.3f')} "
+            f"| {_fmt(r.get('spam_recall_at_fpr_0.1pct'), '.3f')} "
+            f"| {_fmt(r['msgs_per_s'], ',.0f')} | {_fmt(r['model_msgs_per_s'], ',.0f')} "
+            f"| {_fmt(r['peak_memory_bytes'] / 2**20, '.1f')} |"
+        )
+    return "\n".join(lines)
+
+
+def render(rows: list[dict], machine: dict, command: str) -> str:
+    streams = {r["stream"] for r in rows}
+    described = "\n".join(
+        f"- **{name}**: {STREAMS[name].description}" for name in STREAMS if name in streams
+    )
+    streamnb_options = sorted({r["options"] for r in rows if r.get("options")})
+    options = "".join(f"streamnb options: `{o}`.\n\n" for o in streamnb_options)
+    commits = sorted({r.get("commit", "?") for r in rows if "error" not in r})
+    if len(commits) > 1:
+        options += (
+            "Rows measured with different code (cached rows): "
+            + "; ".join(
+                f"{r['stream']}/{r['peer']} {r.get('commit', 'before c97fb56')}"
+                for r in rows
+                if "error" not in r
+            )
+            + ".\n\n"
+        )
+    return (
+        f"{BEGIN}\n"
+        f"Generated by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n"
+        f"Machine: {machine['nproc']} CPUs ({machine['cpu']}), Python {machine['python']}, "
+        f"numpy {machine['numpy']}, river {machine['river']}, scikit-learn "
+        f"{machine['scikit-learn']}, {machine['bogofilter']}; {machine['os']}. "
+        f"Load average at the end of the run: {machine.get('load', '?')} (the speed columns are "
+        f"comparable only within one run, and only as far as the load allows).\n\n"
+        f"{described}\n\n{options}{table(rows)}\n{END}"
+    )
+
+
+def write_doc(path: Path, block: str) -> None:
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + block + tail
+    else:
+        text = (text.rstrip() + "\n\n" if text else "# Benchmarks\n\n") + block + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.peers",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    parser.add_argument("--streams", default=",".join(STREAMS), help="comma-separated")
+    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--limit", type=int, help="first N messages of each stream")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=300.0,
+        help="seconds river-bernoulli may run per stream (default 300)",
+    )
+    parser.add_argument("--write", type=Path, metavar="FILE.md", help="update the table in FILE")
+    parser.add_argument("--json", type=Path, metavar="OUT.json", help="also save the raw rows")
+    parser.add_argument(
+        "--config", metavar="FILE", help="streamnb's options (default: ./config.toml)"
+    )
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+        help="override one of streamnb's options (repeatable)",
+    )
+    parser.add_argument(
+        "--cache", type=Path, metavar="DIR", help="reuse the other filters' rows kept in DIR"
+    )
+    parser.add_argument("--child", nargs=2, metavar=("STREAM", "PEER"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.child:
+        tables = Tables.load(args.config).with_overrides(args.overrides)
+        figures = run_child(*args.child, args.data, args.limit, args.budget, tables)
+        print(json.dumps(figures))
+        return 0
+
+    streams = [s.strip() for s in args.streams.split(",") if s.strip()]
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    for name in streams:
+        if name not in STREAMS:
+            parser.error(f"unknown stream {name!r}; known: {', '.join(STREAMS)}")
+    for name in peers:
+        if name not in PEERS:
+            parser.error(f"unknown filter {name!r}; known: {', '.join(PEERS)}")
+    rows = []
+    for stream in streams:
+        for peer in peers:
+            command = [
+                sys.executable, "-m", "bench.peers", "--child", stream, peer,
+                "--data", str(args.data), "--budget", str(args.budget),
+            ]
+            if args.limit:
+                command += ["--limit", str(args.limit)]
+            if peer == "streamnb":
+                if args.config:
+                    command += ["--config", str(Path(args.config).resolve())]
+                for override in args.overrides:
+                    command += ["--set", override]
+            cached = None
+            if args.cache and peer != "streamnb":
+                budget = f"-{args.budget:g}s" if peer in BUDGETED else ""
+                cached = args.cache / f"{stream}-{peer}-{args.limit or 'all'}{budget}.json"
+                if cached.exists():
+                    rows.append(json.loads(cached.read_text()))
+                    print(f"{stream} / {peer}: from {cached}", file=sys.stderr)
+                    continue
+            print(f"{stream} / {peer} ...", file=sys.stderr, flush=True)
+            done = subprocess.run(
+                command, capture_output=True, text=True, cwd=REPO, check=False
+            )
+            if done.returncode != 0:
+                error = (done.stderr.strip().splitlines() or ["?"])[-1]
+                print(f"  failed: {error}", file=sys.stderr)
+                rows.append({"stream": stream, "peer": peer, "error": error})
+                continue
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            if cached is not None:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                cached.write_text(json.dumps(row))
+            print(
+                f"  (1-ROCA)% {_fmt(row.get('one_minus_auc_pct'), '.3f')}, "
+                f"accuracy {row['accuracy']:.4f}, {_fmt(row['msgs_per_s'], ',.0f')} msgs/s",
+                file=sys.stderr,
+            )
+    invocation = "python -m bench.peers" + "".join(
+        f" {a}" for a in (argv if argv is not None else sys.argv[1:])
+    )
+    block = render(rows, _machine(), invocation)
+    print(block)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    if args.write:
+        write_doc(args.write, block)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,767 @@
+"""Prometheus metrics: throughput, prequential accuracy and health of a running filter.
+
+Every labelled message is predicted *before* its label is learned, so comparing that prediction
+with the label is an honest test on unseen data (prequential evaluation). Those comparisons are
+summarised twice: since the start of the filter's life (``window="lifetime"``, survives restarts
+through :meth:`Metrics.to_state`) and over the most recent ``window`` labelled messages
+(``window="recent"``), so that drift shows.
+
+Naming follows the Prometheus conventions: a ``streamnb_`` prefix, counters end in ``_total``,
+base units (``_seconds``, ``_bytes``), and every label has a bounded set of values (class labels
+are capped at ``max_classes``, dead-letter reasons at ``max_reasons``).
+
+The per-message path (:meth:`Metrics.observe_labelled`) only queues the observation; the counts
+are brought up to date in batches (at scrape time, on :meth:`Metrics.to_state`, or every 4096
+observations), and accuracy, precision, recall, F1, MCC, ROC AUC and log loss are derived from
+them when Prometheus scrapes.
+
+Scores used for ROC AUC:
+
+* two classes: the score is P(positive class), ``positive_class`` ("spam" by default; if it is
+  not one of the two classes, the greater label in sorted order, as scikit-learn does);
+* more classes: one-vs-rest AUC per class with score P(class), averaged (macro) over the classes
+  that have both positive and negative examples.
+
+Lifetime ROC AUC is the Mann-Whitney statistic over a histogram of scores on the logit scale
+(bins 0.01 wide, clipped to ±40), so its state is bounded; pairs of scores within one bin count as
+ties, which bounds the error by the share of such pairs (well below 1e-3 for spread-out scores).
+The recent-window ROC AUC is exact, computed from the window's scores when scraped (river's
+``RollingROCAUC`` gives 0 instead of ½ credit to a positive and a negative with the same score, and
+saturated Naive Bayes probabilities tie often).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import math
+import re
+import threading
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from river import metrics as rmetrics
+from river import utils as rutils
+
+__all__ = ["Metrics", "CONSUMED_KINDS", "DEAD_LETTER_REASONS", "FEEDBACK_OUTCOMES", "STATE_VERSION"]
+
+log = logging.getLogger(__name__)
+
+CONSUMED_KINDS = ("labelled", "unlabelled", "feedback")
+FEEDBACK_OUTCOMES = ("learned", "relabelled", "duplicate", "unknown_id")
+# The daemon's dead-letter reason codes, exported at zero from the start: a counter series that
+# first appears at 1 hides its first increase from rate(). Other well-formed codes are accepted
+# up to max_reasons in all.
+DEAD_LETTER_REASONS = (
+    "bad_json", "bad_body", "bad_id", "bad_label", "bad_type", "empty_value", "missing_body",
+    "missing_label", "too_large", "wrong_type", "parse_error", "model_rejected",
+    "unknown_label", "unknown_id",
+)
+STATE_VERSION = 1
+OTHER = "_other"  # label value that absorbs classes / reasons beyond the cardinality caps
+
+# Processing one message takes tens of microseconds to tens of milliseconds.
+PROCESSING_BUCKETS = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0,
+)
+# End to end includes time spent waiting in Kafka: milliseconds when keeping up, hours when not.
+END_TO_END_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0, 600.0, 1800.0, 3600.0,
+)
+CHECKPOINT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+_LOGIT_BIN_WIDTH = 0.01
+_LOGIT_CLIP = 40.0
+_FOLD_EVERY = 4096  # queued labelled observations folded into the counts at once
+_REASON_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+def _logit_bin(p: float) -> int:
+    """The histogram bin of a probability on the logit scale (monotone in ``p``)."""
+    if p <= 0.0:
+        z = -_LOGIT_CLIP
+    elif p >= 1.0:
+        z = _LOGIT_CLIP
+    else:
+        z = max(-_LOGIT_CLIP, min(_LOGIT_CLIP, math.log(p) - math.log1p(-p)))
+    return round(z / _LOGIT_BIN_WIDTH)
+
+
+class _ScoreHistogram:
+    """Counts of scores per logit bin for negatives and positives: an ROC AUC in bounded memory.
+
+    >>> h = _ScoreHistogram()
+    >>> for y, p in [(False, 0.1), (False, 0.4), (True, 0.35), (True, 0.8)]:
+    ...     h.update(y, p)
+    >>> h.auc()
+    0.75
+    """
+
+    __slots__ = ("bins", "n_pos", "n_neg")
+
+    def __init__(self) -> None:
+        self.bins: dict[int, list[int]] = {}  # bin -> [negatives, positives]
+        self.n_pos = 0
+        self.n_neg = 0
+
+    def update(self, is_positive: bool, p: float, n: int = 1) -> None:
+        counts = self.bins.get(b := _logit_bin(p))
+        if counts is None:
+            counts = self.bins[b] = [0, 0]
+        if is_positive:
+            counts[1] += n
+            self.n_pos += n
+        else:
+            counts[0] += n
+            self.n_neg += n
+
+    def auc(self) -> float:
+        """P(score of a positive > score of a negative) + ½ P(tie); NaN without both kinds."""
+        if not self.n_pos or not self.n_neg:
+            return math.nan
+        negatives_below = 0
+        wins = 0.0
+        for b in sorted(self.bins):
+            neg, pos = self.bins[b]
+            wins += pos * (negatives_below + 0.5 * neg)
+            negatives_below += neg
+        return wins / (self.n_pos * self.n_neg)
+
+    def to_state(self) -> list[list[int]]:
+        return [[b, neg, pos] for b, (neg, pos) in sorted(self.bins.items())]
+
+    @classmethod
+    def from_state(cls, rows: Iterable[Iterable[int]]) -> _ScoreHistogram:
+        h = cls()
+        for b, neg, pos in rows:
+            h.bins[int(b)] = [int(neg), int(pos)]
+            h.n_neg += int(neg)
+            h.n_pos += int(pos)
+        return h
+
+
+def _cross_entropy(y_true: str, scores: Mapping[str, float]) -> float:
+    """-ln P(true class), clamped like river's ``CrossEntropy``."""
+    return -math.log(min(max(scores.get(y_true, 0.0), 1e-15), 1 - 1e-15))
+
+
+def _exact_auc(is_positive: list[bool], scores: list[float]) -> float:
+    """Mann-Whitney ROC AUC with ties credited ½, as scikit-learn's ``roc_auc_score``.
+
+    >>> _exact_auc([False, True, False, True], [0.1, 0.35, 0.4, 0.8])
+    0.75
+    """
+    n_pos = sum(is_positive)
+    n_neg = len(is_positive) - n_pos
+    if not n_pos or not n_neg:
+        return math.nan
+    order = sorted(range(len(scores)), key=scores.__getitem__)
+    wins = 0.0
+    negatives_below = 0
+    i = 0
+    while i < len(order):
+        j = i
+        pos = neg = 0
+        while j < len(order) and scores[order[j]] == scores[order[i]]:
+            if is_positive[order[j]]:
+                pos += 1
+            else:
+                neg += 1
+            j += 1
+        wins += pos * (negatives_below + 0.5 * neg)
+        negatives_below += neg
+        i = j
+    return wins / (n_pos * n_neg)
+
+
+def _valid_probability(p) -> float:
+    """A probability as a float in [0, 1]; NaN (a model bug) counts as no probability at all."""
+    p = float(p)
+    if p >= 0.0:
+        return min(p, 1.0)
+    return 0.0  # negative or NaN
+
+
+def _add_counts(cm: rmetrics.ConfusionMatrix, items) -> None:
+    """Add (y_true, y_pred, ...) items to a river confusion matrix, one update per cell."""
+    for (yt, yp), n in collections.Counter((item[0], item[1]) for item in items).items():
+        cm.update(yt, yp, w=float(n))
+        cm.n_samples += n - 1
+
+
+def _multiclass_mcc(cm: rmetrics.ConfusionMatrix, classes: list[str]) -> float:
+    """Matthews correlation for K classes (Gorodkin's R_K), as scikit-learn computes it."""
+    n = sum(cm.sum_row[c] for c in classes)
+    correct = sum(cm.data[c][c] for c in classes)
+    cov_ytyp = correct * n - sum(cm.sum_col[c] * cm.sum_row[c] for c in classes)
+    cov_ypyp = n * n - sum(cm.sum_col[c] ** 2 for c in classes)
+    cov_ytyt = n * n - sum(cm.sum_row[c] ** 2 for c in classes)
+    if cov_ypyp * cov_ytyt == 0:
+        return 0.0
+    return cov_ytyp / math.sqrt(cov_ytyt * cov_ypyp)
+
+
+class _Prequential:
+    """Prequential statistics of one scope: since the start, or a rolling window of messages."""
+
+    def __init__(self, window: int | None) -> None:
+        self.window = window
+        self.auc: dict[str, _ScoreHistogram] = {}  # lifetime only
+        if window is None:
+            self.cm = rmetrics.ConfusionMatrix()
+            self.log_loss = rmetrics.CrossEntropy()
+        else:
+            self.rolling_cm = rutils.Rolling(rmetrics.ConfusionMatrix, window_size=window)
+            self.cm = self.rolling_cm.obj
+            self.rolling_ll = rutils.Rolling(rmetrics.CrossEntropy, window_size=window)
+            self.log_loss = self.rolling_ll.obj
+
+    def n(self) -> int:
+        return int(self.cm.total_weight)
+
+
+class _DerivedCollector(Collector):
+    """Computes the prequential gauges from the counts when the registry is collected."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def describe(self):
+        return list(self._families().values())
+
+    def collect(self):
+        fams = self._families()
+        self._metrics._fill(fams)
+        return list(fams.values())
+
+    @staticmethod
+    def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
+        g = GaugeMetricFamily
+        w = ["window"]
+        wc = ["window", "class"]
+        return {
+            "observed": CounterMetricFamily(
+                "streamnb_prequential_observed",
+                "Labelled messages scored before learning (prequential evaluation).",
+                labels=[],
+            ),
+            "unscored": CounterMetricFamily(
+                "streamnb_prequential_unscored",
+                "Labelled messages that arrived before the model could predict anything.",
+                labels=[],
+            ),
+            "messages": g(
+                "streamnb_prequential_messages",
+                "Labelled messages the accuracy figures of this window are computed over.",
+                labels=w,
+            ),
+            "accuracy": g(
+                "streamnb_prequential_accuracy",
+                "Share of labelled messages whose prediction (made before learning) was right.",
+                labels=w,
+            ),
+            "precision": g(
+                "streamnb_prequential_precision",
+                "Per-class precision: right predictions of the class / predictions of the class.",
+                labels=wc,
+            ),
+            "recall": g(
+                "streamnb_prequential_recall",
+                "Per-class recall: right predictions of the class / messages of the class.",
+                labels=wc,
+            ),
+            "f1": g("streamnb_prequential_f1", "Per-class F1 score.", labels=wc),
+            "mcc": g(
+                "streamnb_prequential_mcc",
+                "Matthews correlation coefficient of predictions and labels (multiclass R_K).",
+                labels=w,
+            ),
+            "roc_auc": g(
+                "streamnb_prequential_roc_auc",
+                "ROC AUC of the scores: P(positive class) for two classes, one-vs-rest macro "
+                "average otherwise. NaN until both outcomes were seen.",
+                labels=w,
+            ),
+            "log_loss": g(
+                "streamnb_prequential_log_loss",
+                "Mean of -ln P(true class) (natural log, probabilities clamped to 1e-15).",
+                labels=w,
+            ),
+            "confusion": CounterMetricFamily(
+                "streamnb_prequential_confusion",
+                "Labelled messages by true class and class predicted before learning, "
+                "since the start of the filter's life.",
+                labels=["actual", "predicted"],
+            ),
+            "window_confusion": g(
+                "streamnb_prequential_window_confusion",
+                "Labelled messages by true class and predicted class over the recent window.",
+                labels=["actual", "predicted"],
+            ),
+        }
+
+
+class Metrics:
+    """All metrics of one streamnb process, in their own ``CollectorRegistry``.
+
+    ``window`` is the length of the recent window in labelled messages. ``positive_class`` is the
+    class whose probability is the ROC score with two classes. ``classes`` (the model's labels,
+    if fixed) and ``dead_letter_reasons`` are exported at zero from the start, so rate() sees
+    their first increase. ``max_classes`` and ``max_reasons`` bound the label values; beyond them
+    a class or reason is counted as ``_other``.
+
+    >>> m = Metrics(window=2)
+    >>> m.observe_labelled("spam", "spam", {"spam": 0.9, "ham": 0.1})
+    >>> m.observe_labelled("ham", "spam", {"spam": 0.6, "ham": 0.4})
+    >>> m.observe_labelled("ham", "ham", {"spam": 0.2, "ham": 0.8})
+    >>> m.sample("streamnb_prequential_accuracy", window="lifetime")
+    0.666...
+    >>> m.sample("streamnb_prequential_accuracy", window="recent")
+    0.5
+    >>> m.sample("streamnb_prequential_recall", window="lifetime", **{"class": "ham"})
+    0.5
+    >>> restored = Metrics(window=2)
+    >>> restored.load_state(m.to_state())
+    >>> restored.sample("streamnb_prequential_confusion_total", actual="ham", predicted="spam")
+    1.0
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        window: int = 1000,
+        *,
+        positive_class: str = "spam",
+        classes: Iterable[str] = (),
+        dead_letter_reasons: Iterable[str] = DEAD_LETTER_REASONS,
+        max_classes: int = 64,
+        max_reasons: int = 32,
+    ) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1 labelled message, got {window}")
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.window = int(window)
+        self.positive_class = positive_class
+        self.max_classes = max_classes
+        self.max_reasons = max_reasons
+        self._lock = threading.Lock()
+        self._counter_classes: set[str] = set()  # class label values of the learned counters
+        self._reasons: set[str] = set()  # reason label values of the dead-letter counter
+        self._warned_classes = self._warned_reasons = False
+        self._server = None
+        self._server_thread = None
+
+        r = self.registry
+        self._build_info = Gauge(
+            "streamnb_build_info", "Version and model of the running filter (always 1).",
+            ["version", "model"], registry=r,
+        )
+        self._consumed = Counter(
+            "streamnb_messages_consumed", "Input messages consumed, by kind.", ["kind"], registry=r
+        )
+        for kind in CONSUMED_KINDS:
+            self._consumed.labels(kind)
+        self._predictions = Counter(
+            "streamnb_predictions_emitted", "Predictions written to the output topic.", registry=r
+        )
+        self._learned = Counter(
+            "streamnb_learned", "Labelled messages learned, by class.", ["class"], registry=r
+        )
+        self._unlearned = Counter(
+            "streamnb_unlearned", "Messages unlearned (label withdrawn), by class.", ["class"],
+            registry=r,
+        )
+        self._relabelled = Counter(
+            "streamnb_relabelled", "Feedback that changed an earlier label (unlearn + learn).",
+            registry=r,
+        )
+        self._feedback = Counter(
+            "streamnb_feedback", "Feedback messages by outcome.", ["outcome"], registry=r
+        )
+        for outcome in FEEDBACK_OUTCOMES:
+            self._feedback.labels(outcome)
+        self._dead_letters = Counter(
+            "streamnb_dead_letters", "Messages sent to the dead-letter topic, by reason code.",
+            ["reason"], registry=r,
+        )
+        for reason in dead_letter_reasons:
+            self._dead_letters.labels(self._bounded_reason(reason))  # no other thread yet
+        self._latency = Histogram(
+            "streamnb_processing_latency_seconds",
+            "Time to process one message, from decoding to the output being sent.",
+            buckets=PROCESSING_BUCKETS, registry=r,
+        )
+        self._end_to_end = Histogram(
+            "streamnb_end_to_end_latency_seconds",
+            "Time from the input record's timestamp to its processing.",
+            buckets=END_TO_END_BUCKETS, registry=r,
+        )
+        self._lag = Gauge(
+            "streamnb_consumer_lag_messages",
+            "Records between the consumer position and the end of the partition.",
+            ["topic", "partition"], registry=r,
+        )
+        self._checkpoint_time = Gauge(
+            "streamnb_last_checkpoint_timestamp_seconds",
+            "Unix time of the last completed checkpoint (age: time() - this).", registry=r,
+        )
+        self._checkpoint_duration = Histogram(
+            "streamnb_checkpoint_duration_seconds", "Time to write one checkpoint.",
+            buckets=CHECKPOINT_BUCKETS, registry=r,
+        )
+        self._checkpoint_size = Gauge(
+            "streamnb_checkpoint_size_bytes", "Size of the last checkpoint written.", registry=r
+        )
+        self._vocabulary = Gauge(
+            "streamnb_model_vocabulary_size", "Distinct features (tokens) the model knows.",
+            registry=r,
+        )
+        self._state_bytes = Gauge(
+            "streamnb_model_state_bytes", "Memory held by the model's sufficient statistics.",
+            registry=r,
+        )
+        self._window_size = Gauge(
+            "streamnb_prequential_window_size",
+            "Configured size of the recent window, in labelled messages.", registry=r,
+        )
+        self._window_size.set(self.window)
+
+        self._reset_prequential()
+        for label in classes:  # the model's classes, if known: their counters start at zero
+            self._learned.labels(self._counted_class(label))
+            self._unlearned.labels(self._counted_class(label))
+        r.register(_DerivedCollector(self))
+
+    # ------------------------------------------------------------------ serving / build info
+    def serve(self, host: str, port: int) -> None:
+        """Serve ``/metrics`` over HTTP on ``host:port`` from a background thread."""
+        self._server, self._server_thread = start_http_server(
+            port, addr=host, registry=self.registry
+        )
+
+    def close(self) -> None:
+        """Stop the HTTP endpoint started by :meth:`serve` (no-op if none)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def set_build_info(self, version: str, model: str) -> None:
+        self._build_info.clear()
+        self._build_info.labels(version=version, model=model).set(1)
+
+    # ------------------------------------------------------------------ throughput
+    def consumed(self, kind: str, n: int = 1) -> None:
+        if kind not in CONSUMED_KINDS:
+            raise ValueError(f"unknown message kind {kind!r}; expected one of {CONSUMED_KINDS}")
+        self._consumed.labels(kind).inc(n)
+
+    def prediction_emitted(self, n: int = 1) -> None:
+        self._predictions.inc(n)
+
+    def learned(self, label: str, n: int = 1) -> None:
+        self._learned.labels(self._counted_class(label)).inc(n)
+
+    def unlearned(self, label: str, n: int = 1) -> None:
+        self._unlearned.labels(self._counted_class(label)).inc(n)
+
+    def relabelled(self, n: int = 1) -> None:
+        self._relabelled.inc(n)
+
+    def feedback_outcome(self, outcome: str) -> None:
+        if outcome not in FEEDBACK_OUTCOMES:
+            raise ValueError(
+                f"unknown feedback outcome {outcome!r}; expected one of {FEEDBACK_OUTCOMES}"
+            )
+        self._feedback.labels(outcome).inc()
+
+    def dead_lettered(self, reason: str) -> None:
+        with self._lock:
+            reason = self._bounded_reason(reason)
+        self._dead_letters.labels(reason).inc()
+
+    # ------------------------------------------------------------------ health
+    def observe_latency(self, seconds: float) -> None:
+        self._latency.observe(seconds)
+
+    def observe_end_to_end(self, seconds: float) -> None:
+        # Clock skew between producer and consumer can make this slightly negative.
+        self._end_to_end.observe(max(0.0, seconds))
+
+    def set_lag(self, topic: str, partition: int, lag: int) -> None:
+        self._lag.labels(topic, str(partition)).set(lag)
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        with contextlib.suppress(KeyError):
+            self._lag.remove(topic, str(partition))
+
+    def checkpoint_done(self, duration_seconds: float, size_bytes: int) -> None:
+        self._checkpoint_time.set_to_current_time()
+        self._checkpoint_duration.observe(duration_seconds)
+        self._checkpoint_size.set(size_bytes)
+
+    def set_model_size(self, vocabulary_size: int, state_bytes: int) -> None:
+        self._vocabulary.set(vocabulary_size)
+        self._state_bytes.set(state_bytes)
+
+    # ------------------------------------------------------------------ prequential accuracy
+    def observe_labelled(
+        self, y_true: str, y_pred: str | None, proba: Mapping[str, float]
+    ) -> None:
+        """Record the prediction made for a labelled message before its label was learned.
+
+        ``y_pred`` is None when the model could not predict yet (nothing learned): such messages
+        are counted in ``streamnb_prequential_unscored_total`` and left out of the figures, as
+        river's progressive validation does.
+        """
+        if y_pred is None:
+            with self._lock:
+                self._unscored += 1
+            return
+        # Only queue the observation: the counts are brought up to date in batches, when scraped
+        # or every _FOLD_EVERY observations, which keeps this call at a few microseconds.
+        with self._lock:
+            self._pending.append((y_true, y_pred, dict(proba)))
+            if len(self._pending) >= _FOLD_EVERY:
+                self._fold()
+
+    def _fold(self) -> None:
+        """Bring the counts up to date with the queued observations (caller holds the lock)."""
+        if not self._pending:
+            return
+        classes = self._classes
+        new_classes: set[str] = set()
+
+        def bounded(label: str) -> str:
+            if label in classes:
+                return label
+            label = self._bounded_class(label, new_classes)
+            if label not in classes:
+                new_classes.add(label)
+            return label
+
+        batch = []
+        for y_true, y_pred, proba in self._pending:
+            scores: dict[str, float] = {}
+            for c, p in proba.items():
+                c = c if c in classes else bounded(c)
+                scores[c] = scores.get(c, 0.0) + _valid_probability(p)
+            batch.append((
+                y_true if y_true in classes else bounded(y_true),
+                y_pred if y_pred in classes else bounded(y_pred),
+                scores,
+            ))
+        self._pending = []
+
+        for c in sorted(new_classes):
+            classes.add(c)
+            # Earlier messages gave this class no probability: they are negatives scored 0.
+            hist = self._life.auc[c] = _ScoreHistogram()
+            if self._auc_n:
+                hist.update(False, 0.0, n=self._auc_n)
+
+        life = self._life
+        _add_counts(life.cm, batch)
+        losses = [_cross_entropy(yt, scores) for yt, _, scores in batch]
+        life.log_loss._mean.update(x=math.fsum(losses) / len(losses), w=len(losses))
+        for c, hist in life.auc.items():
+            for yt, _, scores in batch:
+                hist.update(c == yt, scores.get(c, 0.0))
+        self._auc_n += len(batch)
+
+        if new_classes or len(batch) * 4 >= self.window:
+            self._rebuild_recent([*self._recent_items, *batch][-self.window:])
+        else:
+            recent = self._recent
+            for y_true, y_pred, scores in batch:
+                recent.rolling_cm.update(y_true, y_pred)
+                recent.rolling_ll.update(y_true, scores)
+                self._recent_items.append((y_true, y_pred, scores))
+
+    def _rebuild_recent(self, items: list[tuple[str, str, dict[str, float]]]) -> None:
+        """Recompute the window from its items in one pass (cheaper than a roll per item)."""
+        recent = _Prequential(self.window)
+        _add_counts(recent.cm, items)
+        recent.rolling_cm.window.extend(((yt, yp), {}) for yt, yp, _ in items)
+        if items:
+            losses = [_cross_entropy(yt, scores) for yt, _, scores in items]
+            recent.log_loss._mean.update(x=math.fsum(losses) / len(losses), w=len(losses))
+        recent.rolling_ll.window.extend(((yt, scores), {}) for yt, _, scores in items)
+        self._recent = recent
+        self._recent_items.clear()
+        self._recent_items.extend(items)
+
+    def _reset_prequential(self) -> None:
+        self._classes: set[str] = set()
+        self._life = _Prequential(None)
+        self._recent = _Prequential(self.window)
+        self._recent_items: collections.deque = collections.deque(maxlen=self.window)
+        self._pending: list[tuple[str, str, dict[str, float]]] = []
+        self._unscored = 0
+        self._auc_n = 0  # lifetime observations in the AUC histograms
+
+    # ------------------------------------------------------------------ bounded labels
+    def _counted_class(self, label: str) -> str:
+        with self._lock:
+            label = self._bounded_class(label)
+            self._counter_classes.add(label)
+        return label
+
+    def _bounded_class(self, label: str, pending: set[str] | None = None) -> str:
+        """``label``, or OTHER once ``max_classes`` distinct classes are known (lock held)."""
+        label = str(label)
+        if label in self._classes or label in self._counter_classes or label == OTHER:
+            return label
+        seen = (self._classes | self._counter_classes | (pending or set())) - {OTHER}
+        if len(seen) < self.max_classes:
+            return label
+        if not self._warned_classes:
+            self._warned_classes = True
+            log.warning("more than %d classes: further ones are counted as %r",
+                        self.max_classes, OTHER)
+        return OTHER
+
+    def _bounded_reason(self, reason: str) -> str:
+        """``reason``, or OTHER if malformed or beyond ``max_reasons`` codes (lock held)."""
+        reason = str(reason)
+        if reason in self._reasons:
+            return reason
+        if _REASON_RE.match(reason) and len(self._reasons) < self.max_reasons:
+            self._reasons.add(reason)
+            return reason
+        if not self._warned_reasons:
+            self._warned_reasons = True
+            log.warning("dead-letter reason %r is malformed or beyond %d codes: counted as %r",
+                        reason, self.max_reasons, OTHER)
+        return OTHER
+
+    # ------------------------------------------------------------------ scrape-time values
+    def _positive(self, classes: list[str]) -> str:
+        return self.positive_class if self.positive_class in classes else classes[-1]
+
+    def _fill(self, fams) -> None:
+        with self._lock:
+            self._fold()
+            classes = sorted(self._classes)
+            fams["observed"].add_metric([], self._life.n())
+            fams["unscored"].add_metric([], self._unscored)
+            for scope, pre in (("lifetime", self._life), ("recent", self._recent)):
+                self._fill_scope(fams, scope, pre, classes)
+            for a in classes:
+                for p in classes:
+                    fams["confusion"].add_metric([a, p], self._life.cm.data[a][p])
+                    fams["window_confusion"].add_metric([a, p], self._recent.cm.data[a][p])
+
+    def _fill_scope(self, fams, scope: str, pre: _Prequential, classes: list[str]) -> None:
+        cm = pre.cm
+        n = pre.n()
+        fams["messages"].add_metric([scope], n)
+        if not n:
+            return
+        fams["accuracy"].add_metric([scope], rmetrics.Accuracy(cm=cm).get())
+        for c in classes:
+            fams["precision"].add_metric([scope, c], rmetrics.Precision(cm=cm, pos_val=c).get())
+            fams["recall"].add_metric([scope, c], rmetrics.Recall(cm=cm, pos_val=c).get())
+            fams["f1"].add_metric([scope, c], rmetrics.F1(cm=cm, pos_val=c).get())
+        present = [c for c in classes if cm.sum_row[c] or cm.sum_col[c]]
+        if len(present) <= 2:
+            mcc = rmetrics.MCC(cm=cm, pos_val=self._positive(present)).get() if present else 0.0
+        else:
+            mcc = _multiclass_mcc(cm, present)
+        fams["mcc"].add_metric([scope], mcc)
+        fams["roc_auc"].add_metric([scope], self._auc(pre, classes))
+        fams["log_loss"].add_metric([scope], pre.log_loss.get())
+
+    def _auc(self, pre: _Prequential, classes: list[str]) -> float:
+        cm = pre.cm
+        with_both = [c for c in classes if 0 < cm.sum_row[c] < cm.total_weight]
+        if len(classes) == 2:
+            positive = self._positive(classes)
+            with_both = [positive] if positive in with_both else []
+        elif len(with_both) < 2:
+            return math.nan
+        if not with_both:
+            return math.nan
+        if pre.window:
+            items = self._recent_items
+            values = [
+                _exact_auc([yt == c for yt, _, _ in items], [s.get(c, 0.0) for _, _, s in items])
+                for c in with_both
+            ]
+        else:
+            values = [pre.auc[c].auc() for c in with_both]
+        return sum(values) / len(values)
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        """The value of one sample in the registry (None if absent): for tests and doctests."""
+        return self.registry.get_sample_value(name, labels)
+
+    # ------------------------------------------------------------------ persistence
+    def to_state(self) -> dict:
+        """The prequential accuracy state as plain JSON-compatible data (no pickle)."""
+        with self._lock:
+            self._fold()
+            cm = self._life.cm
+            return {
+                "version": STATE_VERSION,
+                "classes": sorted(self._classes),
+                "confusion": [
+                    [a, p, int(n)] for a, row in sorted(cm.data.items())
+                    for p, n in sorted(row.items()) if n
+                ],
+                "log_loss": {"n": self._life.log_loss._mean.n,
+                             "mean": self._life.log_loss._mean._mean},
+                "auc": {c: h.to_state() for c, h in sorted(self._life.auc.items())},
+                "auc_n": self._auc_n,
+                "unscored": self._unscored,
+                "recent": [[yt, yp, scores] for yt, yp, scores in self._recent_items],
+            }
+
+    def load_state(self, state: dict) -> None:
+        """Restore what :meth:`to_state` returned; the recent window keeps its last entries.
+
+        Raises ``ValueError`` on a state this version cannot read; the metrics are then unchanged.
+        """
+        if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
+            found = state.get("version") if isinstance(state, Mapping) else type(state).__name__
+            raise ValueError(f"metrics state version {found!r} is not {STATE_VERSION}")
+        try:
+            classes = [str(c) for c in state["classes"]]
+            confusion = [(str(a), str(p), int(n)) for a, p, n in state["confusion"]]
+            ll_n = float(state["log_loss"]["n"])
+            ll_mean = float(state["log_loss"]["mean"])
+            auc = {str(c): _ScoreHistogram.from_state(rows) for c, rows in state["auc"].items()}
+            auc_n = int(state["auc_n"])
+            unscored = int(state["unscored"])
+            recent = [
+                (str(yt), str(yp), {str(c): float(p) for c, p in scores.items()})
+                for yt, yp, scores in state["recent"]
+            ]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"malformed metrics state: {exc!r}") from exc
+        with self._lock:
+            self._reset_prequential()
+            self._classes.update(classes)
+            for a, p, n in confusion:
+                self._classes.update((a, p))
+                self._life.cm.update(a, p, w=float(n))
+                self._life.cm.n_samples += n - 1
+            self._life.log_loss._mean.n = ll_n
+            self._life.log_loss._mean._mean = ll_mean
+            self._life.auc.update(auc)
+            self._auc_n = auc_n
+            self._unscored = unscored
+            recent = recent[-self.window:]
+            for yt, yp, scores in recent:
+                self._classes.update((yt, yp, *scores))
+            for c in self._classes:
+                if c not in self._life.auc:
+                    self._life.auc[c] = _ScoreHistogram()
+                    if auc_n:
+                        self._life.auc[c].update(False, 0.0, n=auc_n)
+            self._rebuild_recent(recent)

@@ -1,0 +1,206 @@
+"""What every streamnb model shares: the prediction protocol, batch forms, merging, errors.
+
+A subclass says how to count (``_update``), how counts become per-class log joint scores
+(``_joint_log_scores``), how two states add (``_add``), and how to (de)serialise itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = ["ModelInputError", "StateError", "STATE_VERSION"]
+
+#: The version written by ``to_state``; ``from_state`` reads this one only.
+STATE_VERSION = 1
+
+
+class ModelInputError(TypeError, ValueError):
+    """An input a model cannot use (wrong type, negative or non-finite count, wrong length).
+
+    It is both a ``TypeError`` and a ``ValueError`` so callers may catch either.
+    """
+
+
+class StateError(ValueError):
+    """A saved state that cannot be loaded: wrong model, unknown version, or corrupt data."""
+
+
+def check_label(y: Any) -> str:
+    if not isinstance(y, str):
+        raise ModelInputError(f"labels must be str, got {type(y).__name__}: {y!r}")
+    return y
+
+
+def log_normalise(scores: Mapping[str, float]) -> dict[str, float]:
+    """Log-sum-exp normalisation of per-class log joint scores into log-probabilities."""
+    if not scores:
+        return {}
+    top = max(scores.values())
+    if top == -math.inf or math.isnan(top):
+        raise ValueError(f"cannot normalise scores {dict(scores)!r}")
+    log_z = top + math.log(math.fsum(math.exp(s - top) for s in scores.values()))
+    return {label: s - log_z for label, s in scores.items()}
+
+
+def check_positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"option {name!r} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(number) or number < 0 or (
+        number == 0 and not allow_zero
+    ):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"option {name!r} must be a finite number {bound}, got {value!r}")
+    return number
+
+
+def check_optional_int(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"option {name!r} must be None or an int >= 1, got {value!r}")
+    return int(value)
+
+
+def json_numbers(values: np.ndarray) -> list:
+    """``values`` as a JSON list: ints when every value is an exact integer, floats otherwise."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size and np.all(np.abs(values) < 2**53) and np.array_equal(values, np.rint(values)):
+        return values.astype(np.int64).tolist()
+    return values.tolist()
+
+
+def state_array(
+    state: Mapping[str, Any], key: str, shape: tuple[int, ...] | None = None
+) -> np.ndarray:
+    """Read ``state[key]`` as a finite float64 array of the given shape, or raise StateError."""
+    if key not in state:
+        raise StateError(f"corrupt state: missing field {key!r}")
+    try:
+        array = np.array(state[key], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise StateError(f"corrupt state: field {key!r} is not a numeric array") from None
+    if shape is not None and array.shape != shape:
+        if array.size == 0 and math.prod(shape) == 0:
+            return np.zeros(shape)
+        raise StateError(f"corrupt state: field {key!r} has shape {array.shape}, expected {shape}")
+    if not np.all(np.isfinite(array)):
+        raise StateError(f"corrupt state: field {key!r} holds non-finite numbers")
+    return array
+
+
+def check_header(state: Any, kind: str) -> Mapping[str, Any]:
+    if not isinstance(state, Mapping):
+        raise StateError(f"a model state must be a dict, got {type(state).__name__}")
+    if state.get("model") != kind:
+        raise StateError(f"state is for model {state.get('model')!r}, not {kind!r}")
+    version = state.get("version")
+    if version != STATE_VERSION:
+        raise StateError(
+            f"unsupported {kind} state version {version!r}: this streamnb reads version "
+            f"{STATE_VERSION}"
+        )
+    options = state.get("options")
+    if not isinstance(options, Mapping):
+        raise StateError("corrupt state: field 'options' must be a dict")
+    return options
+
+
+class Model:
+    """The protocol every streamnb model follows (see the module docstring)."""
+
+    kind: ClassVar[str]
+    numeric_input: ClassVar[bool]
+
+    # -- what subclasses provide ------------------------------------------------------------
+    def learn_one(self, x, y: str) -> None:
+        raise NotImplementedError
+
+    def unlearn_one(self, x, y: str) -> None:
+        raise NotImplementedError
+
+    def predict_log_proba_one(self, x) -> dict[str, float]:
+        raise NotImplementedError
+
+    def merge(self, other: Model) -> Model:
+        """Add ``other``'s statistics to this model (in place) and return it."""
+        return self._combine(other, +1)
+
+    def subtract(self, other: Model) -> Model:
+        """Remove ``other``'s statistics from this model (in place) and return it."""
+        return self._combine(other, -1)
+
+    def _combine(self, other: Model, sign: int) -> Model:
+        raise NotImplementedError
+
+    def to_state(self) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> Model:
+        raise NotImplementedError
+
+    # -- shared behaviour -------------------------------------------------------------------
+    def predict_proba_one(self, x) -> dict[str, float]:
+        return {label: math.exp(lp) for label, lp in self.predict_log_proba_one(x).items()}
+
+    def predict_one(self, x) -> str | None:
+        log_proba = self.predict_log_proba_one(x)
+        if not log_proba:
+            return None
+        # Ties go to the first class in sorted order, so the answer never depends on history.
+        return max(sorted(log_proba), key=log_proba.__getitem__)
+
+    def learn_many(self, X: Iterable, ys: Iterable[str]) -> None:
+        X, ys = list(X), list(ys)
+        if len(X) != len(ys):
+            raise ModelInputError(f"learn_many got {len(X)} inputs but {len(ys)} labels")
+        for x, y in zip(X, ys, strict=True):
+            self.learn_one(x, y)
+
+    def unlearn_many(self, X: Iterable, ys: Iterable[str]) -> None:
+        X, ys = list(X), list(ys)
+        if len(X) != len(ys):
+            raise ModelInputError(f"unlearn_many got {len(X)} inputs but {len(ys)} labels")
+        for x, y in zip(X, ys, strict=True):
+            self.unlearn_one(x, y)
+
+    def predict_log_proba_many(self, X: Iterable) -> list[dict[str, float]]:
+        return [self.predict_log_proba_one(x) for x in X]
+
+    def predict_proba_many(self, X: Iterable) -> list[dict[str, float]]:
+        return [self.predict_proba_one(x) for x in X]
+
+    def predict_many(self, X: Iterable) -> list[str | None]:
+        return [self.predict_one(x) for x in X]
+
+    def copy(self) -> Model:
+        return copy.deepcopy(self)
+
+    def __iadd__(self, other: Model) -> Model:
+        return self.merge(other)
+
+    def __isub__(self, other: Model) -> Model:
+        return self.subtract(other)
+
+    def __add__(self, other: Model) -> Model:
+        return self.copy().merge(other)
+
+    def __sub__(self, other: Model) -> Model:
+        return self.copy().subtract(other)
+
+    def _check_same_kind(self, other: Any, *options: str) -> None:
+        if type(other) is not type(self):
+            raise TypeError(f"cannot combine {type(self).__name__} with {type(other).__name__}")
+        for name in options:
+            if getattr(self, name) != getattr(other, name):
+                raise ValueError(
+                    f"cannot combine {type(self).__name__} models with different {name!r}: "
+                    f"{getattr(self, name)!r} != {getattr(other, name)!r}"
+                )

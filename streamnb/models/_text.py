@@ -1,0 +1,487 @@
+"""The shared machinery of the text models: a token index, count arrays, class columns.
+
+Counts live in one float64 array ``_counts[row, column]`` (a row per token or hash bucket, a
+column per class), grown by doubling, so scoring a message is one vectorised gather of its rows.
+float64 holds every integer below 2**53 exactly, so integer counts learn, unlearn and merge
+without rounding: learn then unlearn restores the counts bit for bit, and the order of merges
+never changes a number.
+
+The vocabulary V is the set of tokens with a non-zero count in at least one class. A token whose
+counts all return to zero (after unlearning) leaves V; tokens outside V are ignored when scoring,
+as a vectoriser fitted on the training messages would ignore them.
+
+A model that unlearns a message it never learned (a per-partition slice of the statistics, say)
+may hold negative counts. That is allowed: slices are meant to be added up, and the sum is what
+gets scored. Scoring a state whose own counts are negative raises ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from itertools import repeat
+from typing import Any, ClassVar
+
+import numpy as np
+
+from streamnb.hashing import stable_bucket
+from streamnb.models._base import (
+    STATE_VERSION,
+    Model,
+    ModelInputError,
+    StateError,
+    check_header,
+    check_label,
+    check_optional_int,
+    check_positive,
+    json_numbers,
+    log_normalise,
+    state_array,
+)
+
+_EMPTY_F = np.zeros(0)
+_EMPTY_I = np.zeros(0, dtype=np.intp)
+
+
+class TextModel(Model):
+    """Base of :class:`MultinomialNB` and :class:`BernoulliNB` (token-count inputs)."""
+
+    numeric_input: ClassVar[bool] = False
+    _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "top_k", "n_buckets")
+    #: Options that change what is counted (models differing in them cannot be merged).
+    _COUNTING_OPTIONS: ClassVar[tuple[str, ...]] = ("n_buckets",)
+
+    def __init__(self, alpha: float = 1.0, *, top_k: int | None = None,
+                 n_buckets: int | None = None):
+        self.alpha = check_positive("alpha", alpha)
+        self.top_k = check_optional_int("top_k", top_k)
+        self.n_buckets = check_optional_int("n_buckets", n_buckets)
+        self._index: dict[Any, int] = {}
+        self._keys: list = []
+        self._key_bytes = 0
+        self._labels: list[str] = []
+        self._column: dict[str, int] = {}
+        self._counts = np.zeros((0, 0))
+        self._nnz = np.zeros(0, dtype=np.int64)  # classes with a non-zero count, per row
+        self._n_docs = np.zeros(0)  # messages per class column
+        self._totals = np.zeros(0)  # sum of counts per class column
+        self._vocab = 0
+        self._n_negative = 0  # count cells below zero (possible in a slice after unlearning)
+        self._active: np.ndarray | None = None  # cached columns of classes with messages
+        self._log_prior_cache: np.ndarray | None = None
+
+    # -- options and introspection ------------------------------------------------------------
+    def options(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._OPTIONS}
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
+        return f"{type(self).__name__}({opts})"
+
+    @property
+    def classes(self) -> list[str]:
+        """Labels with at least one (net) learned message, sorted."""
+        return sorted(self._labels[c] for c in self._active_columns())
+
+    @property
+    def n_updates(self) -> int:
+        """Net number of labelled messages learned (learned minus unlearned)."""
+        return int(self._n_docs.sum())
+
+    @property
+    def vocabulary_size(self) -> int:
+        """|V|: tokens (or hash buckets) with a non-zero count in some class."""
+        return self._vocab
+
+    def state_nbytes(self) -> int:
+        """Approximate bytes of the sufficient statistics: counts, per-class totals, token keys."""
+        n_classes = len(self._labels)
+        key_bytes = self._key_bytes if self.n_buckets is None else 8 * len(self._keys)
+        return int(self._vocab * n_classes * 8 + key_bytes + n_classes * 24 + self._extra_nbytes())
+
+    def _extra_nbytes(self) -> int:
+        return 0
+
+    # -- inputs -----------------------------------------------------------------------------
+    def _encode(self, x: Any) -> tuple[list, np.ndarray]:
+        """Keys (tokens or buckets) and their positive counts; hashing merges colliding keys."""
+        if not isinstance(x, Mapping):
+            raise ModelInputError(
+                f"text models take a mapping token -> count, got {type(x).__name__}"
+            )
+        n = len(x)
+        if n == 0:
+            return [], _EMPTY_F
+        try:
+            values = np.array(list(x.values()), dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ModelInputError("token counts must be numbers") from None
+        if values.ndim != 1:
+            raise ModelInputError("token counts must be numbers")
+        keys = list(x)
+        if not (values > 0).all() or not math.isfinite(values.sum()):
+            if not np.isfinite(values).all() or (values < 0).any():
+                raise ModelInputError("token counts must be finite numbers >= 0")
+            keep = values != 0  # a zero count is an absent token
+            keys = [k for k, kept in zip(keys, keep.tolist(), strict=True) if kept]
+            values = values[keep]
+        if self.n_buckets is not None and keys:
+            try:
+                buckets = np.fromiter(map(stable_bucket, keys, repeat(self.n_buckets)),
+                                      dtype=np.int64, count=len(keys))
+            except (AttributeError, TypeError):
+                raise ModelInputError("tokens must be str") from None
+            unique, inverse = np.unique(buckets, return_inverse=True)
+            if len(unique) != len(buckets):
+                values = np.bincount(inverse, weights=values)
+            else:
+                values = values[np.argsort(buckets, kind="stable")]
+            keys = unique.tolist()
+        return keys, values
+
+    def _lookup(self, keys: list) -> np.ndarray:
+        return np.array(list(map(self._index.get, keys, repeat(-1))), dtype=np.intp)
+
+    def _rows_in_vocabulary(self, keys: list, values: np.ndarray):
+        """Rows, counts and positions in ``keys`` of the message's tokens that are in V."""
+        if not keys:
+            return _EMPTY_I, _EMPTY_F, _EMPTY_I
+        rows = self._lookup(keys)
+        known = rows >= 0
+        if len(self._keys) != self._vocab:  # some indexed tokens have left V (unlearned)
+            known[known] = self._nnz[rows[known]] > 0
+        positions = np.flatnonzero(known)
+        if positions.size == rows.size:
+            return rows, values, positions
+        return rows[positions], values[positions], positions
+
+    def _rows_creating(self, keys: list) -> np.ndarray:
+        rows = self._lookup(keys)
+        missing = np.flatnonzero(rows < 0)
+        if missing.size:
+            new_keys = [keys[i] for i in missing.tolist()]
+            if self.n_buckets is None:
+                if not set(map(type, new_keys)) <= {str}:
+                    if not all(isinstance(key, str) for key in new_keys):
+                        raise ModelInputError("tokens must be str")
+                    # str subclasses (numpy.str_, ...) are stored as plain str so the
+                    # vocabulary serialises the same whatever produced the tokens.
+                    new_keys = [str(key) for key in new_keys]
+                self._key_bytes += sum(map(len, new_keys))  # characters: an estimate of bytes
+            start = len(self._keys)
+            self._reserve_rows(start + len(new_keys))
+            self._keys.extend(new_keys)
+            self._index.update(zip(new_keys, range(start, start + len(new_keys)), strict=True))
+            rows[missing] = np.arange(start, start + len(new_keys))
+        return rows
+
+    def _reserve_rows(self, n_rows: int) -> None:
+        capacity = self._counts.shape[0]
+        if n_rows <= capacity:
+            return
+        capacity = max(n_rows, 2 * capacity, 1024)
+        counts = np.zeros((capacity, self._counts.shape[1]))
+        counts[: self._counts.shape[0]] = self._counts
+        nnz = np.zeros(capacity, dtype=np.int64)
+        nnz[: self._nnz.shape[0]] = self._nnz
+        self._counts, self._nnz = counts, nnz
+
+    def _column_of(self, y: str) -> int:
+        column = self._column.get(y)
+        if column is None:
+            column = len(self._labels)
+            self._labels.append(y)
+            self._column[y] = column
+            self._counts = np.concatenate([self._counts, np.zeros((self._counts.shape[0], 1))], 1)
+            self._n_docs = np.append(self._n_docs, 0.0)
+            self._totals = np.append(self._totals, 0.0)
+            self._add_class_column()
+        return column
+
+    def _add_class_column(self) -> None:
+        pass
+
+    def _active_columns(self) -> np.ndarray:
+        if self._active is None:
+            self._active = np.flatnonzero(self._n_docs > 0)
+        return self._active
+
+    # -- learning ---------------------------------------------------------------------------
+    def _training_values(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def learn_one(self, x: Mapping[str, float], y: str) -> None:
+        """Count the message ``x`` (token -> count) as an example of class ``y``."""
+        self._update(x, y, 1.0)
+
+    def unlearn_one(self, x: Mapping[str, float], y: str) -> None:
+        """Exactly undo ``learn_one(x, y)`` (never raises on counts going negative)."""
+        self._update(x, y, -1.0)
+
+    def _update(self, x: Mapping[str, float], y: str, sign: float) -> None:
+        check_label(y)
+        keys, values = self._encode(x)
+        rows = self._rows_creating(keys)  # validates new tokens before anything changes
+        column = self._column_of(y)
+        self._n_docs[column] += sign
+        self._active = None
+        self._log_prior_cache = None
+        self._invalidate(column)
+        if not keys:
+            return
+        values = self._training_values(values)
+        old = self._counts[rows, column]
+        new = old + sign * values
+        self._counts[rows, column] = new
+        self._totals[column] += sign * values.sum()
+        if sign > 0 and not self._n_negative:
+            # Counts only grow and none is negative: a row changes status iff it was zero.
+            became = rows[old == 0]
+            if became.size:
+                before = self._nnz[became]
+                self._nnz[became] = before + 1
+                self._vocab += int(np.count_nonzero(before == 0))
+        else:
+            self._n_negative += int(np.count_nonzero(new < 0)) - int(np.count_nonzero(old < 0))
+            changed = (old == 0) != (new == 0)
+            if changed.any():
+                changed_rows = rows[changed]
+                before = self._nnz[changed_rows]
+                after = before + np.where(new[changed] != 0, 1, -1)
+                self._nnz[changed_rows] = after
+                self._vocab += int(np.count_nonzero(before == 0)) - int(
+                    np.count_nonzero(after == 0))
+        self._after_update(column, old, new)
+
+    def _after_update(self, column: int, old: np.ndarray, new: np.ndarray) -> None:
+        pass
+
+    def _invalidate(self, column: int | None) -> None:
+        pass
+
+    def _combine(self, other: Model, sign: int) -> TextModel:
+        self._check_same_kind(other, *self._COUNTING_OPTIONS)
+        assert isinstance(other, TextModel)
+        other_rows = np.flatnonzero(other._nnz[: len(other._keys)] > 0)
+        other_columns = [c for c in range(len(other._labels))
+                         if other._n_docs[c] != 0 or other._totals[c] != 0
+                         or (other._counts[other_rows, c] != 0).any()]
+        columns = [self._column_of(other._labels[c]) for c in other_columns]
+        if other_rows.size:
+            rows = self._rows_creating([other._keys[r] for r in other_rows.tolist()])
+            block = other._counts[np.ix_(other_rows, other_columns)]
+            self._counts[np.ix_(rows, columns)] += sign * block
+        for mine, theirs in zip(columns, other_columns, strict=True):
+            self._n_docs[mine] += sign * other._n_docs[theirs]
+            self._totals[mine] += sign * other._totals[theirs]
+        used = len(self._keys)
+        self._nnz[:used] = np.count_nonzero(self._counts[:used], axis=1)
+        self._vocab = int(np.count_nonzero(self._nnz[:used]))
+        self._n_negative = int(np.count_nonzero(self._counts[:used] < 0))
+        self._active = None
+        self._log_prior_cache = None
+        self._rebuild()
+        return self
+
+    def _rebuild(self) -> None:
+        self._invalidate(None)
+
+    # -- scoring ----------------------------------------------------------------------------
+    def _log_prior(self, columns: np.ndarray) -> np.ndarray:
+        if self._log_prior_cache is None:
+            n_docs = self._n_docs[columns]
+            self._log_prior_cache = np.log(n_docs) - math.log(n_docs.sum())
+        return self._log_prior_cache
+
+    def _scoring_values(self, values: np.ndarray) -> np.ndarray:
+        return values
+
+    def _token_scores(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        """Per-token, per-class log terms (shape tokens x classes) whose weighted sum scores."""
+        raise NotImplementedError
+
+    def _base_scores(self, columns: np.ndarray, n_tokens: float) -> np.ndarray:
+        """The per-class score of a message before its tokens' terms (prior included)."""
+        raise NotImplementedError
+
+    def _select_top_k(self, terms: np.ndarray, top_k: int | None) -> np.ndarray | None:
+        """Indices of the ``top_k`` tokens whose terms differ most between classes."""
+        if top_k is None or terms.shape[0] <= top_k:
+            return None
+        spread = terms.max(axis=1) - terms.min(axis=1)
+        return np.sort(np.argpartition(-spread, top_k - 1)[:top_k])
+
+    def _score(self, x, top_k: int | None):
+        columns = self._active_columns()
+        keys, values = self._encode(x)
+        rows, values, positions = self._rows_in_vocabulary(keys, values)
+        values = self._scoring_values(values)
+        if self._n_negative or self._n_docs.min() < 0:
+            # A slice's own counts may be negative: log() gives NaN there, reported below.
+            with np.errstate(invalid="ignore", divide="ignore"):
+                scored = self._score_rows(columns, positions, values, rows, top_k)
+        else:
+            scored = self._score_rows(columns, positions, values, rows, top_k)
+        return (keys, *scored)
+
+    def _score_rows(self, columns, positions, values, rows, top_k):
+        terms = self._token_scores(rows, columns)
+        chosen = self._select_top_k(terms, top_k)
+        if chosen is not None:
+            terms, values, positions = terms[chosen], values[chosen], positions[chosen]
+        base = self._base_scores(columns, float(values.sum()))
+        scores = base + values @ terms
+        if not np.isfinite(scores).all():
+            raise ValueError(
+                "this state has negative counts (a partial slice?): only a sum of slices "
+                "can be scored"
+            )
+        return columns, positions, values, terms, base, scores
+
+    def predict_log_proba_one(self, x: Mapping[str, float], top_k: int | None = None
+                              ) -> dict[str, float]:
+        """log P(class | x) for every known class ({} before any class is learned).
+
+        ``top_k`` (default: the model's ``top_k`` option) scores the message as if it held
+        only its ``top_k`` most discriminative tokens.
+        """
+        if self._active_columns().size == 0:
+            self._encode(x)  # still reject bad input
+            return {}
+        _, columns, _, _, _, _, scores = self._score(x, self.top_k if top_k is None else top_k)
+        return log_normalise(dict(zip((self._labels[c] for c in columns), scores.tolist(),
+                                      strict=True)))
+
+    def explain(self, x: Mapping[str, float], top_k: int | None = None) -> dict[str, Any]:
+        """How each token of ``x`` moved the decision.
+
+        Returns ``{"prediction", "log_proba", "base", "tokens", "ignored"}``: ``base[c]`` is
+        the class's score before the message's tokens (log prior, plus for Bernoulli the
+        absent-word term of the whole vocabulary), ``tokens[t][c]`` the log term token ``t``
+        adds for class ``c`` (strongest tokens first), and ``ignored`` the tokens outside the
+        vocabulary or left out by top-k. ``base[c] + sum_t tokens[t][c]`` is class ``c``'s log
+        joint score, which ``log_proba`` normalises.
+        """
+        if self._active_columns().size == 0:
+            self._encode(x)
+            return {"prediction": None, "log_proba": {}, "base": {}, "tokens": {},
+                    "ignored": sorted(map(str, x))}
+        all_keys, columns, positions, values, terms, base, scores = self._score(
+            x, self.top_k if top_k is None else top_k)
+        keys = [all_keys[i] for i in positions.tolist()]
+        labels = [self._labels[c] for c in columns]
+        contributions = values[:, None] * terms
+        order = np.argsort(-(contributions.max(axis=1) - contributions.min(axis=1)),
+                           kind="stable").tolist() if len(keys) else []
+        names = self._names_of_keys(x)
+        tokens = {names.get(keys[i], keys[i]): dict(zip(labels, contributions[i].tolist(),
+                                                         strict=True)) for i in order}
+        log_proba = log_normalise(dict(zip(labels, scores.tolist(), strict=True)))
+        used = set(keys)
+        ignored = sorted(str(t) for t in x if self._bucket_of(t) not in used)
+        return {
+            "prediction": max(sorted(log_proba), key=log_proba.__getitem__),
+            "log_proba": log_proba,
+            "base": dict(zip(labels, base.tolist(), strict=True)),
+            "tokens": tokens,
+            "ignored": ignored,
+        }
+
+    def _bucket_of(self, token):
+        return token if self.n_buckets is None else stable_bucket(token, self.n_buckets)
+
+    def _names_of_keys(self, x: Mapping[str, float]) -> dict:
+        """With hashing, bucket -> the message's tokens in it ("a|b" on a collision)."""
+        if self.n_buckets is None:
+            return {}
+        names: dict[int, list[str]] = {}
+        for token in x:
+            names.setdefault(stable_bucket(token, self.n_buckets), []).append(token)
+        return {bucket: "|".join(sorted(tokens)) for bucket, tokens in names.items()}
+
+    def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
+        raise NotImplementedError
+
+    def weights(self, c1: str, c2: str) -> dict:
+        """The weight table: token -> log(P(token | c1) / P(token | c2)) over the vocabulary.
+
+        With hashing (``n_buckets``) the keys are bucket numbers (int).
+        """
+        for label in (c1, c2):
+            if label not in self._column or self._n_docs[self._column[label]] <= 0:
+                raise ValueError(f"unknown class {label!r}; known classes: {self.classes}")
+        keys, first = self._log_theta(c1)
+        _, second = self._log_theta(c2)
+        return dict(zip(keys, (first - second).tolist(), strict=True))
+
+    def _vocabulary_rows(self) -> np.ndarray:
+        return np.flatnonzero(self._nnz[: len(self._keys)] > 0)
+
+    # -- state ------------------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        """A JSON-compatible, canonical snapshot (sorted classes and vocabulary, no zero rows)."""
+        rows = self._vocabulary_rows()
+        keys = [self._keys[r] for r in rows.tolist()]
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        rows = rows[order] if len(order) else rows
+        columns = [c for c in range(len(self._labels))
+                   if self._n_docs[c] != 0 or self._totals[c] != 0
+                   or (self._counts[rows, c] != 0).any()]
+        columns.sort(key=self._labels.__getitem__)
+        return {
+            "model": self.kind,
+            "version": STATE_VERSION,
+            "options": self.options(),
+            "classes": [self._labels[c] for c in columns],
+            "n_docs": json_numbers(self._n_docs[columns]),
+            "totals": json_numbers(self._totals[columns]),
+            "vocabulary": [keys[i] for i in order],
+            "counts": [json_numbers(self._counts[rows, c]) for c in columns],
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> TextModel:
+        """Rebuild a model from :meth:`to_state`'s output; raises StateError if it is unusable."""
+        options = check_header(state, cls.kind)
+        unknown = set(options) - set(cls._OPTIONS)
+        if unknown:
+            raise StateError(f"corrupt state: unknown options {sorted(unknown)}")
+        try:
+            model = cls(**options)
+        except ValueError as error:
+            raise StateError(f"corrupt state: {error}") from None
+        classes = state.get("classes")
+        vocabulary = state.get("vocabulary")
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise StateError("corrupt state: 'classes' must be a list of str")
+        if len(set(classes)) != len(classes):
+            raise StateError("corrupt state: duplicate classes")
+        key_type = str if model.n_buckets is None else int
+        if not isinstance(vocabulary, list) or not all(
+            type(k) is key_type for k in vocabulary
+        ):
+            raise StateError(f"corrupt state: 'vocabulary' must be a list of {key_type.__name__}")
+        if len(set(vocabulary)) != len(vocabulary):
+            raise StateError("corrupt state: duplicate vocabulary entries")
+        if model.n_buckets is not None and any(not 0 <= k < model.n_buckets for k in vocabulary):
+            raise StateError("corrupt state: a bucket is outside range(n_buckets)")
+        n_docs = state_array(state, "n_docs", (len(classes),))
+        totals = state_array(state, "totals", (len(classes),))
+        counts = state_array(state, "counts", (len(classes), len(vocabulary)))
+        for label in classes:
+            model._column_of(label)
+        model._n_docs[:] = n_docs
+        model._totals[:] = totals
+        rows = model._rows_creating(list(vocabulary))
+        model._counts[rows] = counts.T
+        used = len(model._keys)
+        model._nnz[:used] = np.count_nonzero(model._counts[:used], axis=1)
+        model._vocab = int(np.count_nonzero(model._nnz[:used]))
+        model._n_negative = int(np.count_nonzero(model._counts[:used] < 0))
+        model._active = None
+        model._check_loaded()
+        model._rebuild()
+        return model
+
+    def _check_loaded(self) -> None:
+        pass
