@@ -70,7 +70,10 @@ _BETWEEN_ENCODED_WORDS_RE = re.compile(r"(\?=)\s+(=\?)")
 _PARAM_RE = re.compile(
     r';\s*([!#-\'*+.0-9A-Z^-~-]+?)(\*\d*\*?)?\s*=\s*("(?:[^"\\]|\\.)*"?|[^;\s]*)', re.S
 )
-ADDRESS_RE = re.compile(r"[\w.!#$%&'*+/=?^`{|}~-]+@[\w-]+(?:\.[\w-]+)+")
+# The look-behind makes a match start only where a run of address characters starts: without
+# it, a long run with no "@" is rescanned from every position in it (quadratic).
+_LOCAL = r"[\w.!#$%&'*+/=?^`{|}~-]"
+ADDRESS_RE = re.compile(rf"(?<!{_LOCAL}){_LOCAL}+@[\w-]+(?:\.[\w-]+)+")
 _BASE64_JUNK_RE = re.compile(rb"[^A-Za-z0-9+/]")
 _SECOND_LEVEL = frozenset(
     {"co", "com", "net", "org", "gov", "edu", "ac", "or", "ne", "go", "gob", "mil", "nom"}

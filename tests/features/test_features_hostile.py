@@ -212,3 +212,44 @@ def test_raw_given_as_text_with_escaped_bytes():
     raw = "Subject: caf\udce9\n\nbody \ud800 text"  # surrogates from a text channel
     result = Featurizer().from_raw(raw)
     assert result.tokens["subject:café"] == 1 and result.tokens["text"] == 1
+
+
+_UNITS = [
+    b"a",
+    b" ",
+    b"<",
+    b"<script",
+    b"<!--",
+    b"=?",
+    b"?=",
+    b"=?utf-8?q?",
+    b"@",
+    b"a.",
+    b"http://",
+    b"www.",
+    b"\xb0",
+    b"\xa1\xa1",
+    b"--B\n",
+    b"\n ",
+    b"$1",
+    b"A",
+    b";x=",
+    b'"',
+]
+_PLACES = {
+    "subject": b"Subject: ",
+    "from": b"From: ",
+    "content-type": b"Content-Type: multipart/mixed; boundary=B; x=",
+    "html": b"Content-Type: text/html\n\n",
+    "plain": b"Content-Type: text/plain; charset=gb2312\n\n",
+}
+
+
+@pytest.mark.parametrize("place", list(_PLACES))
+@pytest.mark.parametrize("unit", _UNITS, ids=repr)
+def test_long_repetitions_take_linear_time(place, unit):
+    """A regex that rescans a run from each position would take minutes on 100 kB here."""
+    raw = _PLACES[place] + unit * (100_000 // len(unit)) + b"\n\nend"
+    featurize(raw)
+    if place == "html":
+        featurize(raw, Featurizer(FeaturizerOptions(html="strip")))
