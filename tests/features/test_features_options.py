@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import subprocess
 import sys
 import tomllib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamnb.features import (
     META_FEATURE_NAMES,
@@ -152,3 +155,12 @@ def test_hash_buckets_bound_the_vocabulary_and_keep_the_counts():
     assert hashed[f"#{stable_bucket('cheap', 8)}"] >= plain["cheap"]
     tokens = Featurizer(FeaturizerOptions(hash_buckets=1 << 20)).from_tokens(["a", "A"]).tokens
     assert dict(tokens) == {f"#{stable_bucket('a', 1 << 20)}": 2}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="ABZaz 9É\n", max_size=200))
+def test_capital_runs_match_the_regex_definition(text):
+    from streamnb.features.meta import _capital_runs
+
+    runs = [len(r) for r in re.findall(r"[A-Z]+", text)]
+    assert _capital_runs(text.encode()) == (len(runs), sum(runs), max(runs, default=0))
