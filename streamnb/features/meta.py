@@ -19,8 +19,10 @@ True
 from __future__ import annotations
 
 import math
+import operator
 import re
 import string
+from collections import Counter
 from collections.abc import Mapping
 
 from streamnb.features.mail import ParsedMail
@@ -109,6 +111,7 @@ EXTRA_NAMES = (
 )
 META_FEATURE_NAMES = SPAMBASE_NAMES + EXTRA_NAMES
 
+_word_counts = operator.itemgetter(*SPAMBASE_WORDS)
 _CAPITALS_AS_A = bytes(65 if 65 <= b <= 90 else 32 for b in range(256))  # A-Z -> A, else space
 _IMG_TAGS = ("<img", "<IMG", "<Img")
 _IP_HOST_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
@@ -131,8 +134,11 @@ def meta_features(
     """
     words = n_words or 1
     n_chars = len(text) or 1
-    vector = [100.0 * counts.get(w, 0) / words for w in SPAMBASE_WORDS]
-    vector += [100.0 * text.count(c) / n_chars for c in SPAMBASE_CHARS]
+    if not isinstance(counts, Counter):
+        counts = Counter(counts)  # missing words read as 0
+    # map/itemgetter keep these per-message loops in C
+    vector = list(map((100.0 / words).__mul__, _word_counts(counts)))
+    vector += map((100.0 / n_chars).__mul__, map(text.count, SPAMBASE_CHARS))
     # Character classes counted on the UTF-8 bytes: bytes.translate runs in C, and an ASCII
     # letter or digit is one byte while no byte of a non-ASCII character is ASCII.
     data = text.encode("utf-8", "surrogatepass")
