@@ -47,14 +47,17 @@ class TextModel(Model):
     """Base of :class:`MultinomialNB` and :class:`BernoulliNB` (token-count inputs)."""
 
     numeric_input: ClassVar[bool] = False
-    _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "top_k", "n_buckets")
+    _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "top_k", "temperature", "n_buckets")
     #: Options that change what is counted (models differing in them cannot be merged).
     _COUNTING_OPTIONS: ClassVar[tuple[str, ...]] = ("n_buckets",)
 
     def __init__(self, alpha: float = 1.0, *, top_k: int | None = None,
-                 n_buckets: int | None = None):
+                 temperature: float = 1.0, n_buckets: int | None = None):
         self.alpha = check_positive("alpha", alpha)
         self.top_k = check_optional_int("top_k", top_k)
+        # Scores are divided by the temperature before they are normalised: the ranking and
+        # the decision stay the same, only the probabilities soften (see docs/accuracy.md).
+        self.temperature = check_positive("temperature", temperature)
         self.n_buckets = check_optional_int("n_buckets", n_buckets)
         self._index: dict[Any, int] = {}
         self._keys: list = []
@@ -296,6 +299,10 @@ class TextModel(Model):
     def _scoring_values(self, values: np.ndarray) -> np.ndarray:
         return values
 
+    def _weigh(self, values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The weight of each scored token's term (its count, or a transform of it)."""
+        return values
+
     def _token_scores(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         """Per-token, per-class log terms (shape tokens x classes) whose weighted sum scores."""
         raise NotImplementedError
@@ -330,6 +337,7 @@ class TextModel(Model):
         if chosen is not None:
             terms, values, positions = terms[chosen], values[chosen], positions[chosen]
         base = self._base_scores(columns, float(values.sum()))
+        values = self._weigh(values, rows if chosen is None else rows[chosen])
         scores = base + values @ terms
         if not np.isfinite(scores).all():
             raise ValueError(
@@ -349,8 +357,8 @@ class TextModel(Model):
             self._encode(x)  # still reject bad input
             return {}
         _, columns, _, _, _, _, scores = self._score(x, self.top_k if top_k is None else top_k)
-        return log_normalise(dict(zip((self._labels[c] for c in columns), scores.tolist(),
-                                      strict=True)))
+        return log_normalise(dict(zip((self._labels[c] for c in columns),
+                                      (scores / self.temperature).tolist(), strict=True)))
 
     def explain(self, x: Mapping[str, float], top_k: int | None = None) -> dict[str, Any]:
         """How each token of ``x`` moved the decision.
@@ -360,7 +368,7 @@ class TextModel(Model):
         absent-word term of the whole vocabulary), ``tokens[t][c]`` the log term token ``t``
         adds for class ``c`` (strongest tokens first), and ``ignored`` the tokens outside the
         vocabulary or left out by top-k. ``base[c] + sum_t tokens[t][c]`` is class ``c``'s log
-        joint score, which ``log_proba`` normalises.
+        joint score, which ``log_proba`` normalises after dividing it by ``temperature``.
         """
         if self._active_columns().size == 0:
             self._encode(x)
@@ -376,7 +384,8 @@ class TextModel(Model):
         names = self._names_of_keys(x)
         tokens = {names.get(keys[i], keys[i]): dict(zip(labels, contributions[i].tolist(),
                                                          strict=True)) for i in order}
-        log_proba = log_normalise(dict(zip(labels, scores.tolist(), strict=True)))
+        log_proba = log_normalise(dict(zip(labels, (scores / self.temperature).tolist(),
+                                           strict=True)))
         used = set(keys)
         ignored = sorted(str(t) for t in x if self._bucket_of(t) not in used)
         return {
