@@ -193,8 +193,9 @@ def read_mail(
     headers = _parse_headers(header_block)
     hint = _charset_hint(headers, header_block)
     default = options.default_charset
+    every_header = "*" in options.header_fields
     for name, value in headers:
-        if name in _WANTED_HEADERS or name in options.header_fields:
+        if every_header or name in _WANTED_HEADERS or name in options.header_fields:
             text = decode_header(value, hint, default)
             mail.headers.setdefault(name, []).append(text)
     mail.subject = mail.header("subject")
