@@ -29,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as error:
-            if error.name != module_name:
+            # Only a command whose own module (or package) is absent is skipped; a missing
+            # dependency inside it is a real error.
+            if error.name is None or not (module_name + ".").startswith(error.name + "."):
                 raise
             continue
         module.add_arguments(sub)

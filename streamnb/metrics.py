@@ -10,8 +10,10 @@ Naming follows the Prometheus conventions: a ``streamnb_`` prefix, counters end 
 base units (``_seconds``, ``_bytes``), and every label has a bounded set of values (class labels
 are capped at ``max_classes``, dead-letter reasons at ``max_reasons``).
 
-The per-message path (:meth:`Metrics.observe_labelled`) only updates counts; accuracy, precision,
-recall, F1, MCC, ROC AUC and log loss are derived from those counts when Prometheus scrapes.
+The per-message path (:meth:`Metrics.observe_labelled`) only queues the observation; the counts
+are brought up to date in batches (at scrape time, on :meth:`Metrics.to_state`, or every 4096
+observations), and accuracy, precision, recall, F1, MCC, ROC AUC and log loss are derived from
+them when Prometheus scrapes.
 
 Scores used for ROC AUC:
 
@@ -23,7 +25,9 @@ Scores used for ROC AUC:
 Lifetime ROC AUC is the Mann-Whitney statistic over a histogram of scores on the logit scale
 (bins 0.01 wide, clipped to ±40), so its state is bounded; pairs of scores within one bin count as
 ties, which bounds the error by the share of such pairs (well below 1e-3 for spread-out scores).
-The recent-window ROC AUC is exact (river's ``RollingROCAUC``).
+The recent-window ROC AUC is exact, computed from the window's scores when scraped (river's
+``RollingROCAUC`` gives 0 instead of ½ credit to a positive and a negative with the same score, and
+saturated Naive Bayes probabilities tie often).
 """
 
 from __future__ import annotations
@@ -42,12 +46,20 @@ from prometheus_client.registry import Collector
 from river import metrics as rmetrics
 from river import utils as rutils
 
-__all__ = ["Metrics", "CONSUMED_KINDS", "FEEDBACK_OUTCOMES", "STATE_VERSION"]
+__all__ = ["Metrics", "CONSUMED_KINDS", "DEAD_LETTER_REASONS", "FEEDBACK_OUTCOMES", "STATE_VERSION"]
 
 log = logging.getLogger(__name__)
 
 CONSUMED_KINDS = ("labelled", "unlabelled", "feedback")
 FEEDBACK_OUTCOMES = ("learned", "relabelled", "duplicate", "unknown_id")
+# The daemon's dead-letter reason codes, exported at zero from the start: a counter series that
+# first appears at 1 hides its first increase from rate(). Other well-formed codes are accepted
+# up to max_reasons in all.
+DEAD_LETTER_REASONS = (
+    "bad_json", "bad_body", "bad_id", "bad_label", "bad_type", "empty_value", "missing_body",
+    "missing_label", "too_large", "wrong_type", "parse_error", "model_rejected",
+    "unknown_label", "unknown_id",
+)
 STATE_VERSION = 1
 OTHER = "_other"  # label value that absorbs classes / reasons beyond the cardinality caps
 
@@ -138,6 +150,35 @@ def _cross_entropy(y_true: str, scores: Mapping[str, float]) -> float:
     return -math.log(min(max(scores.get(y_true, 0.0), 1e-15), 1 - 1e-15))
 
 
+def _exact_auc(is_positive: list[bool], scores: list[float]) -> float:
+    """Mann-Whitney ROC AUC with ties credited ½, as scikit-learn's ``roc_auc_score``.
+
+    >>> _exact_auc([False, True, False, True], [0.1, 0.35, 0.4, 0.8])
+    0.75
+    """
+    n_pos = sum(is_positive)
+    n_neg = len(is_positive) - n_pos
+    if not n_pos or not n_neg:
+        return math.nan
+    order = sorted(range(len(scores)), key=scores.__getitem__)
+    wins = 0.0
+    negatives_below = 0
+    i = 0
+    while i < len(order):
+        j = i
+        pos = neg = 0
+        while j < len(order) and scores[order[j]] == scores[order[i]]:
+            if is_positive[order[j]]:
+                pos += 1
+            else:
+                neg += 1
+            j += 1
+        wins += pos * (negatives_below + 0.5 * neg)
+        negatives_below += neg
+        i = j
+    return wins / (n_pos * n_neg)
+
+
 def _valid_probability(p) -> float:
     """A probability as a float in [0, 1]; NaN (a model bug) counts as no probability at all."""
     p = float(p)
@@ -170,7 +211,7 @@ class _Prequential:
 
     def __init__(self, window: int | None) -> None:
         self.window = window
-        self.auc: dict = {}  # class -> _ScoreHistogram (lifetime) or RollingROCAUC (window)
+        self.auc: dict[str, _ScoreHistogram] = {}  # lifetime only
         if window is None:
             self.cm = rmetrics.ConfusionMatrix()
             self.log_loss = rmetrics.CrossEntropy()
@@ -268,6 +309,12 @@ class _DerivedCollector(Collector):
 class Metrics:
     """All metrics of one streamnb process, in their own ``CollectorRegistry``.
 
+    ``window`` is the length of the recent window in labelled messages. ``positive_class`` is the
+    class whose probability is the ROC score with two classes. ``classes`` (the model's labels,
+    if fixed) and ``dead_letter_reasons`` are exported at zero from the start, so rate() sees
+    their first increase. ``max_classes`` and ``max_reasons`` bound the label values; beyond them
+    a class or reason is counted as ``_other``.
+
     >>> m = Metrics(window=2)
     >>> m.observe_labelled("spam", "spam", {"spam": 0.9, "ham": 0.1})
     >>> m.observe_labelled("ham", "spam", {"spam": 0.6, "ham": 0.4})
@@ -290,6 +337,8 @@ class Metrics:
         window: int = 1000,
         *,
         positive_class: str = "spam",
+        classes: Iterable[str] = (),
+        dead_letter_reasons: Iterable[str] = DEAD_LETTER_REASONS,
         max_classes: int = 64,
         max_reasons: int = 32,
     ) -> None:
@@ -301,6 +350,9 @@ class Metrics:
         self.max_classes = max_classes
         self.max_reasons = max_reasons
         self._lock = threading.Lock()
+        self._counter_classes: set[str] = set()  # class label values of the learned counters
+        self._reasons: set[str] = set()  # reason label values of the dead-letter counter
+        self._warned_classes = self._warned_reasons = False
         self._server = None
         self._server_thread = None
 
@@ -337,6 +389,8 @@ class Metrics:
             "streamnb_dead_letters", "Messages sent to the dead-letter topic, by reason code.",
             ["reason"], registry=r,
         )
+        for reason in dead_letter_reasons:
+            self._dead_letters.labels(self._bounded_reason(reason))  # no other thread yet
         self._latency = Histogram(
             "streamnb_processing_latency_seconds",
             "Time to process one message, from decoding to the output being sent.",
@@ -378,6 +432,9 @@ class Metrics:
         self._window_size.set(self.window)
 
         self._reset_prequential()
+        for label in classes:  # the model's classes, if known: their counters start at zero
+            self._learned.labels(self._counted_class(label))
+            self._unlearned.labels(self._counted_class(label))
         r.register(_DerivedCollector(self))
 
     # ------------------------------------------------------------------ serving / build info
@@ -408,10 +465,10 @@ class Metrics:
         self._predictions.inc(n)
 
     def learned(self, label: str, n: int = 1) -> None:
-        self._learned.labels(self._bounded_class(label)).inc(n)
+        self._learned.labels(self._counted_class(label)).inc(n)
 
     def unlearned(self, label: str, n: int = 1) -> None:
-        self._unlearned.labels(self._bounded_class(label)).inc(n)
+        self._unlearned.labels(self._counted_class(label)).inc(n)
 
     def relabelled(self, n: int = 1) -> None:
         self._relabelled.inc(n)
@@ -424,7 +481,9 @@ class Metrics:
         self._feedback.labels(outcome).inc()
 
     def dead_lettered(self, reason: str) -> None:
-        self._dead_letters.labels(self._bounded_reason(reason)).inc()
+        with self._lock:
+            reason = self._bounded_reason(reason)
+        self._dead_letters.labels(reason).inc()
 
     # ------------------------------------------------------------------ health
     def observe_latency(self, seconds: float) -> None:
@@ -465,7 +524,7 @@ class Metrics:
                 self._unscored += 1
             return
         # Only queue the observation: the counts are brought up to date in batches, when scraped
-        # or every _FOLD_EVERY observations, which keeps this call at about a microsecond.
+        # or every _FOLD_EVERY observations, which keeps this call at a few microseconds.
         with self._lock:
             self._pending.append((y_true, y_pred, dict(proba)))
             if len(self._pending) >= _FOLD_EVERY:
@@ -522,8 +581,6 @@ class Metrics:
             for y_true, y_pred, scores in batch:
                 recent.rolling_cm.update(y_true, y_pred)
                 recent.rolling_ll.update(y_true, scores)
-                for c, rolling in recent.auc.items():
-                    rolling.update(c == y_true, scores.get(c, 0.0))
                 self._recent_items.append((y_true, y_pred, scores))
 
     def _rebuild_recent(self, items: list[tuple[str, str, dict[str, float]]]) -> None:
@@ -535,10 +592,6 @@ class Metrics:
             losses = [_cross_entropy(yt, scores) for yt, _, scores in items]
             recent.log_loss._mean.update(x=math.fsum(losses) / len(losses), w=len(losses))
         recent.rolling_ll.window.extend(((yt, scores), {}) for yt, _, scores in items)
-        for c in sorted(self._classes):
-            rolling = recent.auc[c] = rmetrics.RollingROCAUC(window_size=self.window)
-            for yt, _, scores in items:
-                rolling.update(c == yt, scores.get(c, 0.0))
         self._recent = recent
         self._recent_items.clear()
         self._recent_items.extend(items)
@@ -553,31 +606,39 @@ class Metrics:
         self._auc_n = 0  # lifetime observations in the AUC histograms
 
     # ------------------------------------------------------------------ bounded labels
+    def _counted_class(self, label: str) -> str:
+        with self._lock:
+            label = self._bounded_class(label)
+            self._counter_classes.add(label)
+        return label
+
     def _bounded_class(self, label: str, pending: set[str] | None = None) -> str:
-        """``label``, or OTHER once ``max_classes`` distinct classes are known."""
+        """``label``, or OTHER once ``max_classes`` distinct classes are known (lock held)."""
         label = str(label)
-        if label in self._classes or label == OTHER:
+        if label in self._classes or label in self._counter_classes or label == OTHER:
             return label
-        seen = self._classes | self._label_values(self._learned) | (pending or set())
-        if label in seen or len(seen) < self.max_classes:
+        seen = (self._classes | self._counter_classes | (pending or set())) - {OTHER}
+        if len(seen) < self.max_classes:
             return label
-        log.warning("more than %d classes; counting %r as %r", self.max_classes, label, OTHER)
+        if not self._warned_classes:
+            self._warned_classes = True
+            log.warning("more than %d classes: further ones are counted as %r",
+                        self.max_classes, OTHER)
         return OTHER
 
     def _bounded_reason(self, reason: str) -> str:
+        """``reason``, or OTHER if malformed or beyond ``max_reasons`` codes (lock held)."""
         reason = str(reason)
-        known = self._label_values(self._dead_letters)
-        if reason in known:
+        if reason in self._reasons:
             return reason
-        if not _REASON_RE.match(reason) or len(known) >= self.max_reasons:
-            log.warning("dead-letter reason %r outside the bounded set; counted as %r",
-                        reason, OTHER)
-            return OTHER
-        return reason
-
-    @staticmethod
-    def _label_values(metric) -> set[str]:
-        return {key[0] for key in metric._metrics}  # one-label metrics: keys are 1-tuples
+        if _REASON_RE.match(reason) and len(self._reasons) < self.max_reasons:
+            self._reasons.add(reason)
+            return reason
+        if not self._warned_reasons:
+            self._warned_reasons = True
+            log.warning("dead-letter reason %r is malformed or beyond %d codes: counted as %r",
+                        reason, self.max_reasons, OTHER)
+        return OTHER
 
     # ------------------------------------------------------------------ scrape-time values
     def _positive(self, classes: list[str]) -> str:
@@ -626,8 +687,14 @@ class Metrics:
             return math.nan
         if not with_both:
             return math.nan
-        # river's RollingROCAUC for the window, the score histogram for the lifetime
-        values = [pre.auc[c].get() if pre.window else pre.auc[c].auc() for c in with_both]
+        if pre.window:
+            items = self._recent_items
+            values = [
+                _exact_auc([yt == c for yt, _, _ in items], [s.get(c, 0.0) for _, _, s in items])
+                for c in with_both
+            ]
+        else:
+            values = [pre.auc[c].auc() for c in with_both]
         return sum(values) / len(values)
 
     def sample(self, name: str, **labels: str) -> float | None:

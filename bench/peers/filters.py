@@ -248,9 +248,10 @@ PEERS = (
 )
 
 
-def make_filter(name: str, classes: list[str]):
+def make_filter(name: str, classes: list[str], tables=None):
+    """The filter called ``name``; ``tables`` are streamnb's options (default: ./config.toml)."""
     if name == "streamnb":
-        return StreamnbFilter()
+        return StreamnbFilter(tables)
     if name.startswith("river-"):
         return RiverFilter(name.split("-", 1)[1])
     if name.startswith("sklearn-"):

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from streamnb.evaluation import options as options_module
 from streamnb.evaluation.corpora import FORMATS, Corpus, CorpusError, read_corpus
+from streamnb.evaluation.featurecache import cached_featurize
 from streamnb.evaluation.options import OptionsError, Tables
 from streamnb.evaluation.replay import Featurizations, ReplayResult, featurize_all, replay
 
@@ -87,6 +88,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write id, label, predicted label and score of every message",
     )
     out.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--feature-cache",
+        metavar="DIR",
+        type=Path,
+        help="keep featurized messages in DIR and reuse them on later runs with the same corpus, "
+        "order, [features] and featurizer code (for tuning model options; a folder only you "
+        "write to)",
+    )
 
 
 def evaluate_corpus(
@@ -95,22 +104,29 @@ def evaluate_corpus(
     *,
     positive: str | None = None,
     progress: bool = False,
+    feature_cache: Path | None = None,
 ) -> list[EvaluationRun]:
     """Replay ``corpus`` once per ``(name, tables)`` variant and compute the figures.
 
     With several variants, each distinct ``[features]`` table is featurized once and its
     inputs reused (the featurizer is stateless); a single variant featurizes inline, exactly as
-    the daemon does.
+    the daemon does. ``feature_cache`` also keeps them on disk between runs (see
+    :mod:`~streamnb.evaluation.featurecache`).
     """
     runs = []
     cache: dict[str, Featurizations] = {}
     for name, tables in variants:
         pipeline = tables.build_pipeline()
         featurized = None
-        if len(variants) > 1:
+        if len(variants) > 1 or feature_cache is not None:
             key = json.dumps(tables.features, sort_keys=True, default=str) + str(pipeline.numeric)
             if key not in cache:
-                cache[key] = featurize_all(pipeline, corpus.messages)
+                if feature_cache is not None:
+                    cache[key] = cached_featurize(
+                        pipeline, corpus, tables.features, feature_cache
+                    )
+                else:
+                    cache[key] = featurize_all(pipeline, corpus.messages)
             featurized = cache[key]
         result = replay(
             pipeline, corpus.messages, progress=progress, description=name, featurized=featurized
@@ -163,6 +179,7 @@ def format_table(corpus: Corpus, runs: list[EvaluationRun], header: str) -> str:
     rows += [(f"recall {c}", [_fmt(f["recall"].get(c)) for f in figures]) for c in classes]
     rows += [
         ("log loss", [_fmt(f["log_loss"]) for f in figures]),
+        ("Brier score", [_fmt(f.get("brier")) for f in figures]),
         ("messages/s", [f"{f['msgs_per_s']:,.0f}" for f in figures]),
         ("  featurize s / model s", [
             f"{f['seconds_featurize']:.2f} / {f['seconds_model']:.2f}" for f in figures
@@ -231,7 +248,13 @@ def main(args: argparse.Namespace) -> int:
         variants = _variants(args, base)
         corpus = read_corpus(args.path, args.format, shuffle=args.shuffle, limit=args.limit)
         progress = not args.quiet and sys.stderr.isatty()
-        runs = evaluate_corpus(corpus, variants, positive=args.positive, progress=progress)
+        runs = evaluate_corpus(
+            corpus,
+            variants,
+            positive=args.positive,
+            progress=progress,
+            feature_cache=args.feature_cache,
+        )
     except (CorpusError, OptionsError) as error:
         print(f"streamnb evaluate: {error}", file=sys.stderr)
         return 2

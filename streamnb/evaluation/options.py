@@ -25,6 +25,7 @@ from typing import Any
 __all__ = ["OptionsError", "Tables", "add_arguments", "tables_from_args"]
 
 SECTIONS = ("model", "features")
+DEFAULT_KIND = "multinomial"  # what streamnb.pipeline.build_pipeline uses without a kind
 
 
 class OptionsError(ValueError):
@@ -61,14 +62,15 @@ class Tables:
             if not isinstance(table, dict):
                 raise OptionsError(f"{path}: [{section}] must be a table")
             tables[section] = copy.deepcopy(table)
-        return cls(tables["model"], tables["features"], source=str(path))
+        return cls(model_table(tables["model"]), tables["features"], source=str(path))
 
     def with_overrides(self, assignments: list[str] | None, kind: str | None = None) -> Tables:
         model = copy.deepcopy(self.model)
         features = copy.deepcopy(self.features)
+        if kind is not None and kind != model.get("kind", DEFAULT_KIND):
+            # Options of the configured kind mean nothing to another kind (GDA has no alpha).
+            model = {"kind": kind}
         target = {"model": model, "features": features}
-        if kind is not None:
-            model["kind"] = kind
         for assignment in assignments or []:
             key, sep, raw_value = assignment.partition("=")
             section, dot, name = key.strip().partition(".")
@@ -89,7 +91,10 @@ class Tables:
         def one(table: dict) -> str:
             return " ".join(f"{k}={v}" for k, v in table.items()) or "defaults"
 
-        return f"model: {one(self.model)}; features: {one(self.features)}"
+        # kind first, whatever order the options were given in
+        options = {k: v for k, v in self.model.items() if k != "kind"}
+        model = one({"kind": self.model.get("kind", DEFAULT_KIND), **options})
+        return f"model: {model}; features: {one(self.features)}"
 
     def build_pipeline(self):
         from streamnb.pipeline import build_pipeline
@@ -98,6 +103,22 @@ class Tables:
             return build_pipeline(self.model, self.features)
         except (TypeError, ValueError) as error:
             raise OptionsError(f"bad model/features options ({self.describe()}): {error}") from None
+
+
+def model_table(config_model: dict[str, Any]) -> dict[str, Any]:
+    """The flat ``kind`` + options table of a ``config.toml`` ``[model]`` table.
+
+    ``config.toml`` keeps the model's own options in ``[model.options]``, beside daemon-level
+    keys such as the fixed ``labels`` set, which an offline replay has no use for.
+
+    >>> model_table({"kind": "bernoulli", "labels": ["ham", "spam"], "options": {"alpha": 0.5}})
+    {'kind': 'bernoulli', 'alpha': 0.5}
+    """
+    table = {key: value for key, value in config_model.items() if key not in ("labels", "options")}
+    options = config_model.get("options", {})
+    if not isinstance(options, dict):
+        raise OptionsError("[model.options] must be a table")
+    return {**table, **copy.deepcopy(options)}
 
 
 def parse_value(text: str) -> Any:

@@ -50,6 +50,12 @@ def plot_replay(path: str, runs: Sequence[tuple[str, ReplayResult, dict]], corpu
                 np.arange(WINDOW, correct.size + 1), window, alpha=0.6,
                 label=f"{name}: last {WINDOW}",
             )
+    # Zoom on the learned regime: the first few messages' accuracy says little.
+    lows = [
+        float((np.cumsum(r.correct()) / np.arange(1, r.n + 1))[min(r.n - 1, 100):].min())
+        for _, r, _ in runs
+    ]
+    acc_ax.set_ylim(max(0.0, min(lows) - 0.05), 1.0)
     roc_ax.set_xscale("log")
     roc_ax.axvline(0.001, color="grey", linestyle=":", linewidth=1)
     roc_ax.set_xlabel("false-positive rate (log scale; dotted: 0.1%)")
@@ -60,7 +66,6 @@ def plot_replay(path: str, runs: Sequence[tuple[str, ReplayResult, dict]], corpu
     acc_ax.set_xlabel("messages seen")
     acc_ax.set_ylabel("accuracy (scored before learning)")
     acc_ax.set_title("accuracy vs messages seen")
-    acc_ax.set_ylim(max(0.0, acc_ax.get_ylim()[0]), 1.0)
     acc_ax.legend(fontsize=8, loc="lower right")
     acc_ax.grid(True, alpha=0.3)
     fig.suptitle(f"{corpus.path.name}: {len(corpus):,} messages")
@@ -82,7 +87,7 @@ def plot_crossval(path: str, rows: Sequence[dict], title: str) -> None:
         ax.errorbar(ks, means, yerr=sds, marker="o", capsize=3, label=name)
     ax.set_xlabel("k (folds)")
     ax.set_ylabel("mean accuracy over the k test folds")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9, wrap=True)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -47,7 +47,7 @@ def _inverse_logit(z: float) -> float:
 
 
 def smoothed_rate(errors: int, total: int) -> float:
-    """``errors / total``, moved off 0 and 1 as TREC does so its logit is finite.
+    """``errors / total``, moved off 0 and 1 so its logit is finite (TREC-style smoothing).
 
     A rate of exactly 0 or 1 becomes ``(errors + 0.5) / (total + 1)`` (half an error or half a
     success added, out of one more message); any other rate is returned unchanged.

@@ -68,11 +68,12 @@ class Featurizer:
         budget = Budget(options)
         mail = read_mail(_as_bytes(raw), options, budget)
         text = mail.text
-        counts = self._count(text, budget)
+        counts = self._count(text, budget, urls=False)
         if options.url_tokens:
             for part in mail.parts:
-                if part.html is not None:
-                    counts.update(url_tokens(set(url_hosts(part.html)) - set(url_hosts(part.text))))
+                source = part.html if part.html is not None else part.text
+                if "://" in source or "www." in source or "WWW." in source:
+                    counts.update(url_tokens(url_hosts(source)))
         if options.header_tokens:
             counts.update(self._header_tokens(mail))
         if options.mime_tokens:
@@ -102,11 +103,11 @@ class Featurizer:
             tokens = [t.lower() for t in tokens]
         return Features(Counter(tokens), None, tuple(budget.hit))
 
-    def _count(self, text: str, budget: Budget) -> Counter[str]:
+    def _count(self, text: str, budget: Budget, urls: bool = True) -> Counter[str]:
         if budget.out_of_time():
             return Counter()
         return self.tokenizer.count(
-            text, self.options.max_tokens, lambda: budget.exceeded("max_tokens")
+            text, self.options.max_tokens, lambda: budget.exceeded("max_tokens"), urls
         )
 
     def _header_tokens(self, mail: ParsedMail) -> list[str]:
@@ -118,7 +119,7 @@ class Featurizer:
         for name in names:
             for value in mail.headers.get(name, ()):
                 prefix = name + ":"
-                if name in _ADDRESS_FIELDS:
+                if name in _ADDRESS_FIELDS and "@" in value:
                     tokens += _address_tokens(prefix, value)
                     value = _strip_addresses(value)
                 tokens += prefixed(prefix, value)

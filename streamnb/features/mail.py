@@ -37,6 +37,7 @@ import binascii
 import re
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from streamnb.features.charsets import codec_for, decode_text
 from streamnb.features.errors import FeaturizationError
@@ -57,10 +58,11 @@ _DEFAULT_OPTIONS = FeaturizerOptions()
 
 # One header line plus its folded continuation lines. Field names are printable ASCII without
 # ':' (RFC 5322); a leading "From " mbox line or other junk simply does not match.
-_HEADER_RE = re.compile(rb"^([!-9;-~]+)[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)", re.M)
+_MIME_HEADERS = ("content-type", "content-transfer-encoding", "content-disposition")
 _LOOKS_LIKE_HEADER_RE = re.compile(rb"(?:From |>?[!-9;-~]+[ \t]*:)")
 _FOLD_RE = re.compile(r"\s*\n\s*")
 _ENCODED_WORD_RE = re.compile(r"=\?([^?\s]{1,40})\?([bBqQ])\?([^?\s]*)\?=")
+_ENCODED_WORD_CHARSET_RE = re.compile(rb"=\?([!-~]{1,40}?)\?[bBqQ]\?")
 _BETWEEN_ENCODED_WORDS_RE = re.compile(r"(\?=)\s+(=\?)")
 _PARAM_RE = re.compile(
     r';\s*([!#-\'*+.0-9A-Z^-~-]+?)(\*\d*\*?)?\s*=\s*("(?:[^"\\]|\\.)*"?|[^;\s]*)', re.S
@@ -190,14 +192,17 @@ def read_mail(
     if b"\r" in raw:
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     header_block, body = _split_entity(raw, top_level=True)
-    headers = _parse_headers(header_block)
-    hint = _charset_hint(headers, header_block)
+    headers = _parse_headers(header_block, _wanted_headers(options.header_fields))
+    # 8-bit text with no (usable) charset of its own is read with one the message declares
+    # elsewhere: in an encoded word of a header, or in a Content-Type.
+    hint = _encoded_word_charset(headers)
+    _read_entities(mail, headers, body, hint, options, budget)
+    if hint is None and mail.charsets:
+        hint = mail.charsets[0]
     default = options.default_charset
-    every_header = "*" in options.header_fields
     for name, value in headers:
-        if every_header or name in _WANTED_HEADERS or name in options.header_fields:
-            text = decode_header(value, hint, default)
-            mail.headers.setdefault(name, []).append(text)
+        text = decode_header(value, hint, default)
+        mail.headers.setdefault(name, []).append(text)
     mail.subject = mail.header("subject")
     for name in ("from", "sender", "reply-to"):
         for value in mail.headers.get(name, ()):
@@ -207,13 +212,33 @@ def read_mail(
     for name in ("to", "cc"):
         for value in mail.headers.get(name, ()):
             mail.to_addrs.extend(a.lower() for a in _ADDRESS_RE.findall(value))
-    _read_entities(mail, headers, body, hint, options, budget)
     mail.truncated = tuple(budget.hit)
     return mail
 
 
-# Headers always decoded (the reader itself needs them); ``options.header_fields`` adds more.
-_WANTED_HEADERS = frozenset({"subject", "from", "to", "cc", "sender", "reply-to", "content-type"})
+# Headers always read (the reader itself needs them); ``options.header_fields`` adds more.
+_ALWAYS_READ = ("subject", "from", "to", "cc", "sender", "reply-to", *_MIME_HEADERS)
+
+
+@lru_cache(maxsize=32)
+def _header_re(names: tuple[str, ...]) -> re.Pattern[bytes]:
+    """A regex for the header lines (with their folded continuations) of the fields ``names``.
+
+    Matching only the wanted fields skips the dozens of ``Received``/``X-`` lines a mail carries
+    without making an object for each.
+    """
+    alternatives = b"|".join(re.escape(n.encode("ascii", "ignore")) for n in names)
+    return re.compile(rb"^(" + alternatives + rb")[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)", re.M | re.I)
+
+
+@lru_cache(maxsize=32)
+def _wanted_headers(header_fields: tuple[str, ...]) -> re.Pattern[bytes]:
+    if "*" in header_fields:  # every field: any name of printable characters but the colon
+        return re.compile(rb"^([!-9;-~]+)[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)", re.M)
+    return _header_re(tuple(dict.fromkeys(_ALWAYS_READ + header_fields)))
+
+
+_MIME_HEADER_RE = _header_re(_MIME_HEADERS)
 
 
 def _split_entity(data: bytes, top_level: bool = False) -> tuple[bytes, bytes]:
@@ -228,23 +253,22 @@ def _split_entity(data: bytes, top_level: bool = False) -> tuple[bytes, bytes]:
     return data[:end], data[end + 2 :]
 
 
-def _parse_headers(block: bytes) -> list[tuple[str, bytes]]:
+def _parse_headers(
+    block: bytes, pattern: re.Pattern[bytes] = _MIME_HEADER_RE
+) -> list[tuple[str, bytes]]:
+    """(lower-case name, raw value) of the header lines ``pattern`` picks, in order."""
     if not block:
         return []
-    return [(n.decode("ascii").lower(), v) for n, v in _HEADER_RE.findall(block)]
+    return [(n.decode("ascii").lower(), v) for n, v in pattern.findall(block)]
 
 
-def _charset_hint(headers: list[tuple[str, bytes]], block: bytes) -> str | None:
-    """A charset the message declares somewhere in its headers, to read undeclared 8-bit text."""
-    if block.isascii() and b"charset" not in block.lower() and b"=?" not in block:
-        return None
-    text = block.decode("latin-1")
-    match = re.search(r"""charset\s*=\s*["']?([\w.:+-]{1,40})""", text, re.I)
-    if match and codec_for(match.group(1)):
-        return match.group(1)
-    match = _ENCODED_WORD_RE.search(text)
-    if match and codec_for(match.group(1)):
-        return match.group(1)
+def _encoded_word_charset(headers: list[tuple[str, bytes]]) -> str | None:
+    """The charset of the first RFC 2047 encoded word in ``headers`` that names a codec."""
+    for _, value in headers:
+        if b"=?" in value:
+            for charset in _ENCODED_WORD_CHARSET_RE.findall(value):
+                if codec_for(charset.decode("ascii")):
+                    return charset.decode("ascii")
     return None
 
 
@@ -357,7 +381,10 @@ def _read_entities(
             top = False
         charset = params.get("charset")
         if charset:
-            mail.charsets.append(charset.strip().lower())
+            charset = charset.strip().lower()
+            mail.charsets.append(charset)
+            if hint is None and codec_for(charset):
+                hint = charset
         maintype = ctype.partition("/")[0]
         if maintype == "multipart":
             boundary = params.get("boundary", "")
@@ -456,6 +483,7 @@ def _decoded_size(body: bytes, encoding: str) -> int:
     return len(body)
 
 
+@lru_cache(maxsize=4096)
 def registrable_domain(host: str) -> str:
     """The domain a host name belongs to, approximately: ``a.b.example.co.uk`` -> ``example.co.uk``.
 

@@ -2,12 +2,13 @@
 
 Rules (each an option of :class:`~streamnb.features.options.FeaturizerOptions`):
 
-* a word is a maximal run of Unicode letters, digits and marks (``_`` and punctuation split
-  words); a ``$`` directly before a digit stays on the token (``$100``);
+* a word is a run of Unicode letters, digits, marks and ``_`` that starts with a letter or
+  digit (so ``____`` rules are not words); punctuation and spaces split words;
 * runs of Han characters go to a Chinese segmenter (rjieba by default) instead;
 * text is lower-cased first (``lowercase``);
-* words shorter than ``min_token_len`` or longer than ``max_token_len`` are dropped
+* words shorter than ``min_token_len`` or longer than ``max_token_len`` are dropped whole
   (segmented Chinese words use ``min_cjk_token_len``);
+* an amount of money gives a ``$100`` token besides the ``100``;
 * ``numbers``: ``keep`` them, ``drop`` them, or ``shape`` them (each digit becomes ``0``);
 * URLs give ``url:<host>`` and ``url:<domain>`` tokens (``url:ip`` for a numeric host);
 * stop words (``stop_lists``, ``stop_words``) are dropped;
@@ -15,11 +16,10 @@ Rules (each an option of :class:`~streamnb.features.options.FeaturizerOptions`):
 
 >>> tok = Tokenizer(FeaturizerOptions(bigrams=True))
 >>> sorted(tok.count("Get $100 NOW, at http://www.Cheap-Pills.com/buy!").items())
-[('$100', 1), ('$100 now', 1), ('at', 1), ('at http', 1), ('buy', 1), ('cheap', 1),
- ('cheap pills', 1), ('com', 1), ('com buy', 1), ('get', 1), ('get $100', 1), ('http', 1),
- ('http www', 1),
- ('now', 1), ('now at', 1), ('pills', 1), ('pills com', 1), ('url:cheap-pills.com', 1),
- ('url:www.cheap-pills.com', 1), ('www', 1), ('www cheap', 1)]
+[('$100', 1), ('100', 1), ('100 now', 1), ('at', 1), ('at http', 1), ('buy', 1), ('cheap', 1),
+ ('cheap pills', 1), ('com', 1), ('com buy', 1), ('get', 1), ('get 100', 1), ('http', 1),
+ ('http www', 1), ('now', 1), ('now at', 1), ('pills', 1), ('pills com', 1),
+ ('url:cheap-pills.com', 1), ('url:www.cheap-pills.com', 1), ('www', 1), ('www cheap', 1)]
 >>> tok.words("我司可办理正规发票（保真）17%增值税发票点数优惠！")
 ['我司', '可', '办理', '正规', '发票', '保真', '17', '增值税', '发票', '点数', '优惠']
 """
@@ -37,13 +37,14 @@ from streamnb.features.stopwords import STOP_LISTS
 __all__ = ["Tokenizer", "url_hosts"]
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef"
-_WORD_CHAR = rf"[^\W_{_HAN}]"
 _HAN_RUN_RE = re.compile(f"([{_HAN}]+)")
 _HAN_CHAR_RE = re.compile(f"[{_HAN}]")
-_URL_RE = re.compile(
-    r"(?:\b(?:https?|ftp)://(?:[^\s/?#@\"'<>]{0,64}@)?|\b(?=www\.))([\w-]+(?:\.[\w-]+)+)",
-    re.I | re.A,
-)
+_MONEY_RE = re.compile(r"\$\d+")
+# What may follow "scheme://": optional user info, then the host name.
+_URL_HOST_RE = re.compile(r"(?:[^\s/?#@\"'<>]{0,64}@)?([\w-]+(?:\.[\w-]+)+)", re.A)
+_HOST_RE = re.compile(r"[\w-]+(?:\.[\w-]+)+", re.A)
+_SCHEMES = ("http", "https", "ftp")
+_NOT_BEFORE_WWW = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./@-")
 _IP_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 _DIGIT_RE = re.compile(r"\d")
 
@@ -54,7 +55,22 @@ def url_hosts(text: str) -> list[str]:
     >>> url_hosts('<a href="HTTP://user@Shop.Example.COM:80/x">see www.foo.org.</a>')
     ['shop.example.com', 'www.foo.org']
     """
-    return [h.lower().rstrip(".") for h in _URL_RE.findall(text)]
+    hosts = []
+    if "://" in text:
+        pieces = text.split("://")
+        match = _URL_HOST_RE.match
+        for before, after in zip(pieces, pieces[1:], strict=False):
+            if before[-5:].lower().endswith(_SCHEMES) and (found := match(after)):
+                hosts.append(found.group(1).lower())
+    if "WWW." in text:
+        text = text.replace("WWW.", "www.")
+    if "www." in text:
+        pieces = text.split("www.")
+        match = _HOST_RE.match
+        for before, after in zip(pieces, pieces[1:], strict=False):
+            if (not before or before[-1] not in _NOT_BEFORE_WWW) and (found := match(after)):
+                hosts.append("www." + found.group().lower())
+    return hosts
 
 
 def url_tokens(hosts: Iterable[str]) -> list[str]:
@@ -76,12 +92,12 @@ class Tokenizer:
 
     def __init__(self, options: FeaturizerOptions | None = None):
         self.options = options = options or FeaturizerOptions()
-        lo, hi = options.min_token_len, options.max_token_len
-        # Length bounds live in the regex, so no Python loop looks at each word.
-        self._word_re = re.compile(
-            rf"(?<!{_WORD_CHAR})(?:\$(?=\d))?{_WORD_CHAR}{{{max(lo, 1)},{max(hi, 1)}}}"
-            rf"(?!{_WORD_CHAR})"
-        )
+        lo, hi = max(options.min_token_len, 1), max(options.max_token_len, 1)
+        # Length bounds live in the regex, so no Python loop looks at each word: a run longer
+        # than ``hi`` has no word boundary after ``hi`` characters and is skipped whole.
+        word = rf"\b[^\W_]\w{{{lo - 1},{hi - 1}}}\b"
+        self._word_re = re.compile(word)
+        self._ascii_word_re = re.compile(word, re.ASCII)  # same words, faster on ASCII text
         stop: set[str] = set(options.stop_words)
         for name in options.stop_lists:
             if name not in STOP_LISTS:
@@ -95,11 +111,13 @@ class Tokenizer:
     def words(self, text: str) -> list[str]:
         """The words of ``text`` in order: lower-cased, length-bounded, Chinese segmented.
 
-        Stop words and number rules are applied by :meth:`count`, not here.
+        Stop words, money and number rules are applied by :meth:`count`, not here.
         """
         if self.options.lowercase:
             text = text.lower()
-        if text.isascii() or not _HAN_CHAR_RE.search(text):
+        if text.isascii():
+            return self._ascii_word_re.findall(text)
+        if not _HAN_CHAR_RE.search(text):
             return self._word_re.findall(text)
         words: list[str] = []
         find = self._word_re.findall
@@ -113,11 +131,16 @@ class Tokenizer:
         return words
 
     def count(
-        self, text: str, max_tokens: int | None = None, on_cut: Callable[[], None] | None = None
+        self,
+        text: str,
+        max_tokens: int | None = None,
+        on_cut: Callable[[], None] | None = None,
+        urls: bool = True,
     ) -> Counter[str]:
-        """Token -> occurrences in ``text`` (words, bigrams and URL tokens per the options).
+        """Token -> occurrences in ``text`` (words, bigrams, money and URL tokens).
 
         At most ``max_tokens`` words are counted; ``on_cut`` is called if that cut the text.
+        ``urls=False`` leaves URL tokens to the caller (a mail takes them from its HTML).
         """
         options = self.options
         words = self.words(text)
@@ -132,12 +155,18 @@ class Tokenizer:
                 stop = self._stop
                 words = [w for w in words if w not in stop]
             counts = Counter(words)
-            counts.update(a + " " + b for a, b in zip(words, words[1:], strict=False))
+            counts.update(map(" ".join, zip(words, words[1:], strict=False)))
         else:
             counts = Counter(words)
-            for word in self._stop & counts.keys():
-                del counts[word]
-        if options.url_tokens and ("://" in text or "www." in text):
+            if self._stop:  # the stop list is short, the counts may be long
+                for word in [w for w in self._stop if w in counts]:
+                    del counts[word]
+        if "$" in text and options.numbers != "drop":
+            money = _MONEY_RE.findall(text)
+            if options.numbers == "shape":
+                money = [_DIGIT_RE.sub("0", m) for m in money]
+            counts.update(money)
+        if urls and options.url_tokens:
             counts.update(url_tokens(url_hosts(text)))
         return counts
 
@@ -146,10 +175,10 @@ class Tokenizer:
         return [prefix + w for w in self.words(text)]
 
     def _numbers(self, words: list[str]) -> list[str]:
-        """Numbers (``123``, ``$100``) dropped or shaped; words with digits in them are kept."""
+        """Numbers dropped or shaped (``123`` -> ``000``); words with digits in them are kept."""
         if self.options.numbers == "drop":
-            return [w for w in words if not w.lstrip("$").isdigit()]
-        return [_DIGIT_RE.sub("0", w) if w.lstrip("$").isdigit() else w for w in words]
+            return [w for w in words if not w.isdigit()]
+        return [_DIGIT_RE.sub("0", w) if w.isdigit() else w for w in words]
 
 
 def _segmenter(name: str, hmm: bool) -> Callable[[str], list[str]]:

@@ -224,6 +224,7 @@ class TextModel(Model):
     def _update(self, x: Mapping[str, float], y: str, sign: float) -> None:
         check_label(y)
         keys, values = self._encode(x)
+        rows = self._rows_creating(keys)  # validates new tokens before anything changes
         column = self._column_of(y)
         self._n_docs[column] += sign
         self._active = None
@@ -232,7 +233,6 @@ class TextModel(Model):
         if not keys:
             return
         values = self._training_values(values)
-        rows = self._rows_creating(keys)
         old = self._counts[rows, column]
         new = old + sign * values
         self._counts[rows, column] = new

@@ -128,6 +128,8 @@ class BernoulliNB(TextModel):
         return float(self._absent_sums(column)[0] - self._vocab * np.log(d_c + 2 * self.alpha)[0])
 
     def _token_scores(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        if not rows.size:
+            return np.zeros((0, columns.size))
         counts = self._counts[rows]
         if columns.size != counts.shape[1]:
             counts = counts[:, columns]

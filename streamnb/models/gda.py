@@ -97,7 +97,7 @@ class GDA(Model):
     # -- introspection ----------------------------------------------------------------------
     @property
     def classes(self) -> list[str]:
-        return sorted(self._labels[c] for c in self._active_columns())
+        return [self._labels[c] for c in self._active_columns()]
 
     @property
     def n_updates(self) -> int:
@@ -108,7 +108,10 @@ class GDA(Model):
         return int(len(self._labels) * (1 + 2 * d + d * d) * 8)
 
     def _active_columns(self) -> np.ndarray:
-        return np.flatnonzero(self._n > 0)
+        """Columns of classes with messages, in label order (so sums round the same way
+        whatever order the classes arrived or were merged in)."""
+        columns = np.flatnonzero(self._n > 0).tolist()
+        return np.array(sorted(columns, key=self._labels.__getitem__), dtype=np.intp)
 
     def means(self) -> dict[str, list[float]]:
         """μ_c for every known class."""

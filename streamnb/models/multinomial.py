@@ -113,6 +113,8 @@ class MultinomialNB(TextModel):
         return np.log(self._totals[columns] + self.alpha * self._vocab)
 
     def _token_scores(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        if not rows.size:
+            return np.zeros((0, columns.size))
         counts = self._counts[rows]
         if columns.size != counts.shape[1]:
             counts = counts[:, columns]

@@ -1,0 +1,339 @@
+"""``config.toml`` -> validated, frozen settings for ``streamnb run``.
+
+The file is read with :mod:`tomllib`; every key can be overridden by an environment variable
+named ``STREAMNB_<TABLE>__<KEY>`` (double underscore between levels), which is what containers
+use. An override's value is read as a TOML value when it parses as one (``5``, ``0.5``,
+``true``, ``["a", "b"]``) and as a plain string otherwise; list-valued keys also accept a
+comma-separated string. A missing, unknown or ill-typed key fails at start with a message that
+names it.
+
+>>> settings = load_settings(text='[kafka]\\ninput_topics = ["mail"]\\n', environ={})
+>>> settings.kafka.input_topics, settings.checkpoint.every_messages
+(('mail',), 10000)
+>>> load_settings(text="[checkpoint]\\nevery_messages = -3\\n", environ={})
+Traceback (most recent call last):
+...
+streamnb.config.ConfigError: config: checkpoint.every_messages must be a positive integer, got -3
+>>> env = {"STREAMNB_KAFKA__BOOTSTRAP_SERVERS": "kafka:29092"}
+>>> load_settings(text="", environ=env).kafka.bootstrap_servers
+'kafka:29092'
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CheckpointSettings",
+    "ConfigError",
+    "FeedbackSettings",
+    "KafkaSettings",
+    "LimitsSettings",
+    "LoggingSettings",
+    "MetricsSettings",
+    "ModelSettings",
+    "Settings",
+    "load_settings",
+]
+
+ENV_PREFIX = "STREAMNB_"
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message always names the offending key."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSettings:
+    bootstrap_servers: str = "127.0.0.1:9092"
+    input_topics: tuple[str, ...] = ("streamnb-input",)
+    output_topic: str = "streamnb-predictions"
+    dead_letter_topic: str = "streamnb-dead-letters"
+    group_id: str = "streamnb"
+    group_instance_id: str = ""
+    client_id: str = "streamnb"
+    start_offset: str = "earliest"
+    max_poll_records: int = 500
+    poll_timeout_ms: int = 200
+    session_timeout_ms: int = 10000
+    producer_linger_ms: int = 5
+    producer_acks: str = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    kind: str = "multinomial"
+    labels: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSettings:
+    path: Path = Path("var/streamnb/checkpoint.json")
+    every_messages: int = 10000
+    every_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackSettings:
+    max_ids: int = 100_000
+    max_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    host: str = "0.0.0.0"
+    port: int = 9108
+    window: int = 1000
+    positive_class: str = "spam"
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingSettings:
+    level: str = "INFO"
+    format: str = "plain"
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsSettings:
+    max_value_bytes: int = 10 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    features: Mapping[str, Any] = field(default_factory=dict)
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
+    feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)
+    limits: LimitsSettings = field(default_factory=LimitsSettings)
+
+
+# ---------------------------------------------------------------- value checks
+# Each check takes (key, value) and returns the normalised value or raises ConfigError.
+
+
+def _fail(key: str, what: str, value: Any) -> None:
+    raise ConfigError(f"config: {key} must be {what}, got {value!r}")
+
+
+def _nonempty_str(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        _fail(key, "a non-empty string", value)
+    return value.strip()
+
+
+def _str(key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        _fail(key, "a string", value)
+    return value
+
+
+def _positive_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        _fail(key, "a positive integer", value)
+    return value
+
+
+def _port(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        _fail(key, "a port number 0-65535 (0 disables)", value)
+    return value
+
+
+def _positive_float(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        _fail(key, "a positive number", value)
+    return float(value)
+
+
+def _str_list(nonempty: bool) -> Callable[[str, Any], tuple[str, ...]]:
+    def check(key: str, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, list) or not all(
+            isinstance(v, str) and v.strip() for v in value
+        ):
+            _fail(key, "a list of non-empty strings", value)
+        if nonempty and not value:
+            _fail(key, "a non-empty list of strings", value)
+        if len(set(value)) != len(value):
+            _fail(key, "a list without duplicates", value)
+        return tuple(v.strip() for v in value)
+
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[str, Any], str]:
+    def check(key: str, value: Any) -> str:
+        if isinstance(value, str) and value.lower() in choices:
+            return value.lower()
+        _fail(key, "one of " + ", ".join(repr(c) for c in choices), value)
+        return ""  # unreachable
+
+    return check
+
+
+def _acks(key: str, value: Any) -> str:
+    if value in ("all", "0", "1", 0, 1, -1, "-1"):
+        return str(value)
+    _fail(key, "'all', 1 or 0", value)
+    return ""  # unreachable
+
+
+def _path(key: str, value: Any) -> Path:
+    return Path(_nonempty_str(key, value))
+
+
+def _table(key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        _fail(key, "a table", value)
+    return dict(value)
+
+
+SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
+    "kafka": (
+        KafkaSettings,
+        {
+            "bootstrap_servers": _nonempty_str,
+            "input_topics": _str_list(nonempty=True),
+            "output_topic": _nonempty_str,
+            "dead_letter_topic": _nonempty_str,
+            "group_id": _nonempty_str,
+            "group_instance_id": _str,
+            "client_id": _nonempty_str,
+            "start_offset": _one_of("earliest", "latest"),
+            "max_poll_records": _positive_int,
+            "poll_timeout_ms": _positive_int,
+            "session_timeout_ms": _positive_int,
+            "producer_linger_ms": _positive_int,
+            "producer_acks": _acks,
+        },
+    ),
+    "model": (
+        ModelSettings,
+        {"kind": _nonempty_str, "labels": _str_list(nonempty=False), "options": _table},
+    ),
+    "checkpoint": (
+        CheckpointSettings,
+        {"path": _path, "every_messages": _positive_int, "every_seconds": _positive_float},
+    ),
+    "feedback": (FeedbackSettings, {"max_ids": _positive_int, "max_bytes": _positive_int}),
+    "metrics": (
+        MetricsSettings,
+        {
+            "host": _nonempty_str,
+            "port": _port,
+            "window": _positive_int,
+            "positive_class": _nonempty_str,
+        },
+    ),
+    "logging": (
+        LoggingSettings,
+        {
+            "level": _one_of("debug", "info", "warning", "error"),
+            "format": _one_of("plain", "json"),
+        },
+    ),
+    "limits": (LimitsSettings, {"max_value_bytes": _positive_int}),
+}
+# Tables passed through to a component that validates them itself (the featurizer).
+FREE_TABLES = ("features",)
+
+
+def _parse_env_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def _apply_env(doc: dict[str, Any], environ: Mapping[str, str]) -> None:
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        if not all(path):
+            raise ConfigError(f"config: environment variable {name} has an empty key part")
+        node = doc
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"config: {name} overrides {part}, which is not a table")
+            node = child
+        node[path[-1]] = _parse_env_value(raw)
+
+
+def load_settings(
+    path: str | os.PathLike | None = None,
+    *,
+    text: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Read ``path`` (or ``text``), apply ``STREAMNB_*`` overrides from ``environ``, validate.
+
+    ``environ`` defaults to :data:`os.environ`. Relative checkpoint paths are resolved
+    against the directory of the config file (or the working directory for ``text``).
+    """
+    base = Path.cwd()
+    if text is None:
+        if path is None:
+            raise ConfigError("config: no file given")
+        config_path = Path(path)
+        try:
+            text = config_path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise ConfigError(f"config: cannot read {config_path}: {error.strerror}") from None
+        base = config_path.resolve().parent
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config: not valid TOML: {error}") from None
+    _apply_env(doc, os.environ if environ is None else environ)
+
+    sections: dict[str, Any] = {}
+    for table, value in doc.items():
+        if table in FREE_TABLES:
+            sections[table] = _table(table, value)
+            continue
+        if table not in SCHEMA:
+            known = ", ".join(sorted([*SCHEMA, *FREE_TABLES]))
+            raise ConfigError(f"config: unknown table [{table}] (known: {known})")
+        cls, checks = SCHEMA[table]
+        if not isinstance(value, dict):
+            _fail(table, "a table", value)
+        fields = {}
+        for key, item in value.items():
+            if key not in checks:
+                known = ", ".join(sorted(checks))
+                raise ConfigError(f"config: unknown key {table}.{key} (known: {known})")
+            fields[key] = checks[key](f"{table}.{key}", item)
+        sections[table] = cls(**fields)
+    settings = Settings(**sections)
+    if not settings.checkpoint.path.is_absolute():
+        checkpoint = CheckpointSettings(
+            path=base / settings.checkpoint.path,
+            every_messages=settings.checkpoint.every_messages,
+            every_seconds=settings.checkpoint.every_seconds,
+        )
+        settings = Settings(**{**_as_dict(settings), "checkpoint": checkpoint})
+    kafka = settings.kafka
+    topics = {kafka.output_topic, kafka.dead_letter_topic}
+    clash = topics.intersection(kafka.input_topics)
+    if clash or kafka.output_topic == kafka.dead_letter_topic:
+        raise ConfigError(
+            "config: kafka.output_topic, kafka.dead_letter_topic and kafka.input_topics "
+            f"must be different topics, got {sorted(clash or topics)}"
+        )
+    return settings
+
+
+def _as_dict(settings: Settings) -> dict[str, Any]:
+    return {name: getattr(settings, name) for name in Settings.__dataclass_fields__}

@@ -1,0 +1,586 @@
+"""``streamnb run``: Kafka in, predictions out, learning from labels and late feedback.
+
+The loop is prequential: every message is predicted by the current model **before** anything
+is learned from it. An unlabelled message's prediction goes to the output topic; a labelled
+message's prediction feeds the accuracy metrics and then the model learns it. Feedback
+(``{"type": "feedback", "id": ..., "label": ...}``) is applied through the
+:class:`~streamnb.feedback.FeedbackStore`, which makes it idempotent. Anything that cannot be
+used goes to the dead-letter topic with its original bytes and a reason.
+
+State is kept per input partition ("slices", see ``docs/daemon.md``): each slice is a model
+holding what was learned from that partition, plus the next offset it covers. The model used
+for predictions is the sum of the assigned slices. :meth:`Daemon.checkpoint` writes all of it
+in one atomic file; on assignment the daemon loads a partition's slice and seeks to exactly its
+saved offset, so every label is counted once whatever moment the process died.
+
+The Kafka side is injected (``io_factory``) so the loop can be tested against an in-memory
+fake; :class:`~streamnb.kafka_io.KafkaIO` is the real one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from streamnb import __version__
+from streamnb.codec import DecodeError, Feedback, Message, decode, encode
+from streamnb.config import ConfigError, Settings, load_settings
+from streamnb.feedback import FeedbackStore, decide
+from streamnb.logs import configure_logging
+from streamnb.state import CheckpointError, read_checkpoint, write_checkpoint
+
+__all__ = ["Daemon", "add_arguments", "build_daemon", "main", "slice_key"]
+
+log = logging.getLogger("streamnb.daemon")
+
+TP = tuple[str, int]
+# Dead letters of one reason logged individually before the log only counts them.
+DEAD_LETTER_LOG_FIRST = 10
+
+
+def slice_key(tp: TP) -> str:
+    """The checkpoint key of a partition (topic names cannot contain ``:``).
+
+    >>> slice_key(("mail", 3))
+    'mail:3'
+    """
+    return f"{tp[0]}:{tp[1]}"
+
+
+def _tp(key: str) -> TP:
+    topic, _, partition = key.rpartition(":")
+    return topic, int(partition)
+
+
+class Daemon:
+    """The processing loop, rebalance handling and checkpoint protocol.
+
+    ``new_model()`` makes an empty model, ``load_model(state)`` rebuilds one from
+    ``to_state()``; ``pipeline.prepare(message).x`` is the model input; ``metrics`` follows
+    the :mod:`streamnb.metrics` API; ``io_factory(on_assigned, on_revoked)`` returns the Kafka
+    side (:class:`~streamnb.kafka_io.KafkaIO` or a fake with the same methods).
+
+    With the in-memory fakes of the test suite:
+
+    >>> import pathlib, tempfile, orjson
+    >>> from tests.daemon.fakes import FakeKafka, make_daemon, settings_for
+    >>> kafka = FakeKafka({"in": 1})
+    >>> _ = kafka.append("in", orjson.dumps({"id": "a", "text": "win cash", "label": "spam"}))
+    >>> _ = kafka.append("in", orjson.dumps({"id": "b", "text": "win big"}))
+    >>> daemon = make_daemon(settings_for(pathlib.Path(tempfile.mkdtemp())), kafka)
+    >>> daemon.process(daemon.io.poll(0))
+    >>> daemon.checkpoint("example")  # flushes the prediction for "b"
+    >>> orjson.loads(kafka.all("out")[0].value)["label"], daemon.offsets
+    ('spam', {'in:0': 2})
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        pipeline: Any,
+        new_model: Callable[[], Any],
+        load_model: Callable[[dict], Any],
+        metrics: Any,
+        io_factory: Callable[..., Any],
+    ):
+        self.settings = settings
+        self.pipeline = pipeline
+        self.new_model = new_model
+        self.load_model = load_model
+        self.metrics = metrics
+        self.labels = frozenset(settings.model.labels)
+        self.max_value_bytes = settings.limits.max_value_bytes
+
+        self.slices: dict[str, Any] = {}  # assigned partitions: key -> model
+        self.parked: dict[str, Any] = {}  # known but not assigned (checkpoint, revoked)
+        self.offsets: dict[str, int] = {}  # key -> next offset the slice covers
+        self.live: Any = new_model()  # sum of the assigned slices: the model that predicts
+        self.store = FeedbackStore(settings.feedback.max_ids, settings.feedback.max_bytes)
+
+        self.lock = threading.RLock()
+        self.stopping = False
+        self.pending = 0  # records applied since the last checkpoint
+        self.last_checkpoint = time.monotonic()
+        self.dead_letter_counts: Counter[str] = Counter()
+        # Counter metrics are added up per batch: one call per batch instead of per message.
+        self._tally: Counter[tuple[str, str | None]] = Counter()
+        self.checkpoints_written = 0
+        # Set when an unexpected error may have left a record half applied: from then on no
+        # checkpoint is written, so a restart replays from the last consistent one.
+        self.failed = False
+
+        self._load_checkpoint()
+        self.io = io_factory(self.on_assigned, self.on_revoked)
+
+    # ------------------------------------------------------------------ start-up
+    def _load_checkpoint(self) -> None:
+        body = read_checkpoint(self.settings.checkpoint.path)
+        if body is None:
+            log.info("no checkpoint at %s: starting empty", self.settings.checkpoint.path)
+            return
+        model = body.get("model", {})
+        if model.get("kind") != self.settings.model.kind:
+            raise CheckpointError(
+                f"{self.settings.checkpoint.path} holds a {model.get('kind')!r} model but "
+                f"model.kind is {self.settings.model.kind!r}: move the checkpoint away or "
+                "change the config"
+            )
+        for key, part in body["slices"].items():
+            self.parked[key] = self.load_model(part["model"])
+            self.offsets[key] = int(part["next_offset"])
+        self.store = FeedbackStore.from_state(
+            body["feedback"], self.settings.feedback.max_ids, self.settings.feedback.max_bytes
+        )
+        if body.get("metrics") is not None:
+            self.metrics.load_state(body["metrics"])
+        log.info(
+            "loaded checkpoint %s: %d partition slice(s), %d remembered id(s)",
+            self.settings.checkpoint.path,
+            len(self.parked),
+            len(self.store),
+            extra={"event": "checkpoint_loaded", "offsets": dict(self.offsets)},
+        )
+
+    # ------------------------------------------------------------------ rebalance
+    def on_assigned(self, tps: list[TP]) -> None:
+        """Load each newly assigned partition's slice and seek to exactly its saved offset."""
+        with self.lock:
+            decisions = {}
+            for tp in tps:
+                key = slice_key(tp)
+                if key in self.slices:
+                    continue
+                if key in self.parked and key in self.offsets:
+                    self.slices[key] = self.parked.pop(key)
+                    self.io.seek(tp, self.offsets[key])
+                    decisions[key] = f"resume at {self.offsets[key]}"
+                else:
+                    # No state for this partition: read it from the configured end. Offsets
+                    # committed in Kafka are never used to resume, because without the slice
+                    # they cover, resuming there would silently drop what it had learned.
+                    self.slices[key] = self.new_model()
+                    self.offsets.pop(key, None)
+                    if self.settings.kafka.start_offset == "earliest":
+                        self.io.seek_to_beginning(tp)
+                    else:
+                        self.io.seek_to_end(tp)
+                    decisions[key] = f"no checkpoint: start at {self.settings.kafka.start_offset}"
+            self._rebuild_live()
+        log.info(
+            "partitions assigned: %s",
+            ", ".join(f"{k} ({d})" for k, d in decisions.items()) or "none new",
+            extra={"event": "assigned", "partitions": decisions},
+        )
+
+    def on_revoked(self, tps: list[TP], lost: bool = False) -> None:
+        """Checkpoint before giving partitions up, then take their slices out of the model."""
+        with self.lock:
+            if self.pending and not self.failed:
+                # kafka-python runs this on its IO thread, where a blocking commit is not
+                # allowed; the asynchronous one is enough for lag dashboards.
+                self.checkpoint("revoked" if not lost else "lost", commit=not lost, wait=False)
+            for tp in tps:
+                key = slice_key(tp)
+                model = self.slices.pop(key, None)
+                if model is not None and key in self.offsets:
+                    self.parked[key] = model  # nothing read yet: nothing worth keeping
+                self.metrics.forget_partition(*tp)
+            self._rebuild_live()
+        log.info(
+            "partitions %s: %s",
+            "lost" if lost else "revoked",
+            ", ".join(slice_key(tp) for tp in tps),
+            extra={"event": "lost" if lost else "revoked", "partitions": tps},
+        )
+
+    def _rebuild_live(self) -> None:
+        if len(self.slices) == 1:
+            # One partition (the common case): the slice *is* the live model, learned once.
+            (self.live,) = self.slices.values()
+            return
+        live = self.new_model()
+        for model in self.slices.values():
+            live += model
+        self.live = live
+
+    # ------------------------------------------------------------------ processing
+    def process(self, records: list) -> None:
+        """Apply one polled batch (records in offset order within each partition)."""
+        with self.lock:
+            for record in records:
+                key = slice_key((record.topic, record.partition))
+                if key not in self.slices:
+                    continue  # revoked while the batch was in flight: its new owner reads it
+                self._process_one(record, key)
+                self.offsets[key] = record.offset + 1
+            self.pending += len(records)
+            self._flush_tally()
+            for tp in {(r.topic, r.partition) for r in records}:
+                high = self.io.highwater(tp)
+                key = slice_key(tp)
+                if high is not None and key in self.offsets:
+                    self.metrics.set_lag(tp[0], tp[1], max(0, high - self.offsets[key]))
+
+    def _flush_tally(self) -> None:
+        for (name, arg), n in self._tally.items():
+            if arg is None:
+                getattr(self.metrics, name)(n)
+            else:
+                getattr(self.metrics, name)(arg, n)
+        self._tally.clear()
+
+    def _process_one(self, record, key: str) -> None:
+        started = time.perf_counter()
+        value = record.value
+        if value is not None and len(value) > self.max_value_bytes:
+            self._dead_letter(record, "too_large", f"{len(value)} bytes > limits.max_value_bytes")
+            return
+        try:
+            item = decode(value, default_id=f"{record.topic}:{record.partition}:{record.offset}")
+        except DecodeError as error:
+            self._dead_letter(record, error.reason, error.detail)
+            return
+        if isinstance(item, Feedback):
+            self._tally["consumed", "feedback"] += 1
+            self._feedback(item, record)
+            return
+        self._message(item, record, key, started)
+
+    def _label_ok(self, label: str | None, record) -> bool:
+        if label is None or not self.labels or label in self.labels:
+            return True
+        self._dead_letter(
+            record, "unknown_label", f"{label!r:.80} is not in model.labels {sorted(self.labels)}"
+        )
+        return False
+
+    def _message(self, message: Message, record, key: str, started: float) -> None:
+        if not self._label_ok(message.label, record):
+            return
+        try:
+            x = self.pipeline.prepare(message).x
+            x_json = FeedbackStore.encode_x(x)
+        except Exception as error:  # noqa: BLE001 - any parse failure is a dead letter
+            reason = getattr(error, "reason", None) or "parse_error"
+            self._dead_letter(record, reason, str(error))
+            return
+        try:
+            proba = self.live.predict_proba_one(x)
+        except Exception as error:  # noqa: BLE001 - e.g. a vector of the wrong length
+            self._dead_letter(record, "model_rejected", str(error))
+            return
+        predicted = max(proba, key=proba.__getitem__) if proba else None
+        label = message.label
+        entry = self.store.get(message.id)
+        if label is None:
+            self._tally["consumed", "unlabelled"] += 1
+            if entry is None:
+                self.store.remember(message.id, key, x_json, None)
+            self._emit(message.id, predicted, proba, record, started)
+            return
+
+        self._tally["consumed", "labelled"] += 1
+        self.metrics.observe_labelled(label, predicted, proba)
+        if entry is None:
+            try:
+                self._learn(key, x, label)
+            except Exception as error:  # noqa: BLE001
+                self._dead_letter(record, "model_rejected", str(error))
+                return
+            self.store.remember(message.id, key, x_json, label)
+        else:
+            # The same id again (a producer retry, or a re-sent message): each id counts once,
+            # under its latest label, exactly as feedback would treat it.
+            self._apply_label(message.id, entry, label)
+        self.metrics.observe_latency(time.perf_counter() - started)
+
+    def _feedback(self, feedback: Feedback, record) -> None:
+        if not self._label_ok(feedback.label, record):
+            return
+        entry = self.store.get(feedback.id)
+        if entry is None or (entry.slice not in self.slices and entry.slice not in self.parked):
+            self.metrics.feedback_outcome("unknown_id")
+            self._dead_letter(
+                record,
+                "unknown_id",
+                f"id {feedback.id!r:.80} is not among the {len(self.store)} remembered messages "
+                "(aged out, or never seen by this daemon)",
+            )
+            return
+        self._apply_label(feedback.id, entry, feedback.label)
+
+    def _apply_label(self, msg_id: str, entry, label: str) -> None:
+        outcome = decide(entry, label)
+        if outcome == "learned":
+            self._learn(entry.slice, entry.x, label)
+        elif outcome == "relabelled":
+            x = entry.x
+            self._learn(entry.slice, x, entry.label, unlearn=True)
+            self.metrics.unlearned(entry.label)
+            self._learn(entry.slice, x, label)
+            self.metrics.relabelled()
+        if outcome != "duplicate":
+            self.store.set_label(msg_id, label)
+        self.metrics.feedback_outcome(outcome)
+
+    def _learn(self, key: str, x: Any, label: str, unlearn: bool = False) -> None:
+        """Add (or remove) one labelled input to the slice ``key`` and to the live model."""
+        model = self.slices.get(key)
+        assigned = model is not None
+        if not assigned:
+            model = self.parked[key]  # feedback for a message of a partition given up since
+        if unlearn:
+            model.unlearn_one(x, label)
+            if assigned and self.live is not model:
+                self.live.unlearn_one(x, label)
+            return
+        model.learn_one(x, label)
+        if assigned and self.live is not model:
+            self.live.learn_one(x, label)
+        self._tally["learned", label] += 1
+
+    def _emit(self, msg_id: str, predicted, proba: dict, record, started: float) -> None:
+        latency = time.perf_counter() - started
+        prediction = {
+            "id": msg_id,
+            "label": predicted,
+            "probabilities": proba,
+            "score": proba[predicted] if predicted is not None else None,
+            "model_updates": self.live.n_updates,
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "latency_seconds": latency,
+        }
+        self.io.send(
+            self.settings.kafka.output_topic,
+            msg_id.encode("utf-8", "surrogatepass"),
+            encode(prediction),
+        )
+        self._tally["prediction_emitted", None] += 1
+        self.metrics.observe_latency(latency)
+        if record.timestamp_ms and record.timestamp_ms > 0:
+            self.metrics.observe_end_to_end(max(0.0, time.time() - record.timestamp_ms / 1000))
+
+    def _dead_letter(self, record, reason: str, detail: str) -> None:
+        headers = list(record.headers) + [
+            ("streamnb.reason", reason.encode()),
+            ("streamnb.detail", detail[:1000].encode("utf-8", "replace")),
+            ("streamnb.source.topic", record.topic.encode()),
+            ("streamnb.source.partition", str(record.partition).encode()),
+            ("streamnb.source.offset", str(record.offset).encode()),
+        ]
+        self.io.send(self.settings.kafka.dead_letter_topic, record.key, record.value, headers)
+        self.metrics.dead_lettered(reason)
+        self.dead_letter_counts[reason] += 1
+        count = self.dead_letter_counts[reason]
+        if count <= DEAD_LETTER_LOG_FIRST or count % 1000 == 0:
+            log.warning(
+                "dead letter %s/%d/%d: %s: %.200s%s",
+                record.topic,
+                record.partition,
+                record.offset,
+                reason,
+                detail,
+                " (further ones of this reason are counted, not logged)"
+                if count == DEAD_LETTER_LOG_FIRST
+                else "",
+                extra={
+                    "event": "dead_letter",
+                    "reason": reason,
+                    "topic": record.topic,
+                    "partition": record.partition,
+                    "offset": record.offset,
+                    "count": count,
+                },
+            )
+
+    # ------------------------------------------------------------------ checkpoint
+    def checkpoint(self, why: str, commit: bool = True, wait: bool = True) -> None:
+        """Save every slice with its next offset, atomically, then commit offsets to Kafka.
+
+        1. The caller has applied whole records only: the models, the feedback store and
+           ``offsets`` all describe exactly the records before each partition's next offset.
+        2. Flush the producer, so every prediction and dead letter of those records is
+           acknowledged by Kafka. A delivery failure raises here, before anything is saved,
+           and the daemon stops: a restart replays those records (outputs are at least once).
+        3. Snapshot the state in memory: each slice (assigned and parked) as ``to_state()``
+           with its next offset, the feedback store, the metrics.
+        4. Write the snapshot to a temporary file next to the checkpoint and fsync it.
+        5. Rename it over the checkpoint and fsync the directory. This rename is the commit
+           point: before it the old checkpoint is whole, after it the new one is.
+        6. Commit the same offsets to the Kafka group, for lag dashboards only: the daemon
+           never resumes from them, so a crash between 5 and 6 costs nothing.
+        7. Record the checkpoint's duration and size in the metrics.
+        """
+        if self.failed:
+            raise RuntimeError("refusing to checkpoint: a record was only partly applied")
+        with self.lock:
+            started = time.perf_counter()
+            # Step 1: nothing to do here; process() applies records whole, under the lock.
+            # Step 2
+            self.io.flush()
+            # Step 3
+            slices = {}
+            for key in sorted({*self.slices, *self.parked}):
+                if key not in self.offsets:
+                    continue  # assigned but nothing read yet: nothing to resume from
+                model = self.slices.get(key, self.parked.get(key))
+                slices[key] = {"next_offset": self.offsets[key], "model": model.to_state()}
+            body = {
+                "written_at": time.time(),
+                "why": why,
+                "streamnb_version": __version__,
+                "model": {"kind": self.settings.model.kind},
+                "slices": slices,
+                "feedback": self.store.to_state(),
+                "metrics": self.metrics.to_state(),
+            }
+            # Steps 4 and 5 (streamnb.state.write_checkpoint: temp file, fsync, rename, fsync dir)
+            size = write_checkpoint(self.settings.checkpoint.path, body)
+            assigned = {_tp(k): self.offsets[k] for k in self.slices if k in self.offsets}
+            self.checkpoints_written += 1
+            applied, self.pending = self.pending, 0
+            self.last_checkpoint = time.monotonic()
+        # Step 6 (outside the lock: a blocking commit waits on the consumer's IO thread)
+        if commit:
+            self.io.commit(assigned, wait=wait)
+        # Step 7
+        duration = time.perf_counter() - started
+        self.metrics.checkpoint_done(duration, size)
+        self.metrics.set_model_size(
+            getattr(self.live, "vocabulary_size", 0), self.live.state_nbytes()
+        )
+        log.info(
+            "checkpoint (%s): %d record(s) since the last, %d slice(s), %d bytes, %.3f s",
+            why,
+            applied,
+            len(slices),
+            size,
+            duration,
+            extra={
+                "event": "checkpoint",
+                "why": why,
+                "records": applied,
+                "bytes": size,
+                "seconds": round(duration, 4),
+                "offsets": {k: v["next_offset"] for k, v in slices.items()},
+            },
+        )
+
+    def checkpoint_due(self) -> bool:
+        if not self.pending:
+            return False
+        return (
+            self.pending >= self.settings.checkpoint.every_messages
+            or time.monotonic() - self.last_checkpoint >= self.settings.checkpoint.every_seconds
+        )
+
+    # ------------------------------------------------------------------ main loop
+    def request_stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def run(self) -> int:
+        """Poll, process, checkpoint when due, until :meth:`request_stop`; then shut down."""
+        timeout = self.settings.kafka.poll_timeout_ms
+        try:
+            while not self.stopping:
+                records = self.io.poll(timeout)
+                if records:
+                    self.process(records)
+                if self.checkpoint_due():
+                    self.checkpoint("interval")
+            # Finish: the batch in hand is applied; save it, commit, close.
+            if self.pending or self.checkpoints_written == 0:
+                self.checkpoint("shutdown")
+        except BaseException:
+            # A record may be half applied, or outputs undelivered: closing the consumer must
+            # not checkpoint this state on revocation.
+            self.failed = True
+            raise
+        finally:
+            self.io.close()
+        log.info("stopped", extra={"event": "stopped"})
+        return 0
+
+
+# ---------------------------------------------------------------------- entry point
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", default="config.toml", help="settings file (default: config.toml)"
+    )
+
+
+def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable | None = None):
+    """The daemon with the real model, featurizer, metrics and Kafka, from ``settings``."""
+    from streamnb.models import make_model, model_from_state
+    from streamnb.pipeline import build_pipeline
+
+    options = dict(settings.model.options)
+    kind = settings.model.kind
+    pipeline = build_pipeline({"kind": kind, **options}, settings.features)
+    if metrics is None:
+        from streamnb.metrics import Metrics
+
+        metrics = Metrics(
+            window=settings.metrics.window, positive_class=settings.metrics.positive_class
+        )
+        metrics.set_build_info(__version__, kind)
+        if settings.metrics.port:
+            metrics.serve(settings.metrics.host, settings.metrics.port)
+    if io_factory is None:
+        from streamnb.kafka_io import KafkaIO
+
+        def io_factory(on_assigned, on_revoked):
+            return KafkaIO(settings.kafka, on_assigned, on_revoked)
+
+    return Daemon(
+        settings,
+        pipeline,
+        new_model=lambda: make_model(kind, **options),
+        load_model=model_from_state,
+        metrics=metrics,
+        io_factory=io_factory,
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as error:
+        print(f"streamnb: {error}", file=sys.stderr)
+        return 2
+    configure_logging(settings.logging.level, settings.logging.format)
+    try:
+        daemon = build_daemon(settings)
+    except (ValueError, TypeError, CheckpointError) as error:
+        # ValueError/TypeError: an unknown model kind or option, or featurizer option.
+        print(f"streamnb: {error}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, daemon.request_stop)
+    signal.signal(signal.SIGINT, daemon.request_stop)
+    log.info(
+        "streamnb %s running: %s -> %s (model %s, checkpoint %s)",
+        __version__,
+        ",".join(settings.kafka.input_topics),
+        settings.kafka.output_topic,
+        settings.model.kind,
+        settings.checkpoint.path,
+        extra={"event": "started"},
+    )
+    try:
+        return daemon.run()
+    except Exception:
+        # Nothing half-done was saved (see Daemon.failed): a restart resumes from the last
+        # checkpoint. Exit non-zero so a supervisor restarts us.
+        log.exception("stopping on an unexpected error", extra={"event": "failed"})
+        return 1

@@ -1,0 +1,86 @@
+"""A disk cache of featurized corpora, so repeated runs with the same featurizer skip featurizing.
+
+Tuning model options means replaying one stream many times; featurizing raw mail is often more
+than half of a replay. ``streamnb evaluate --feature-cache DIR`` keeps each stream's pipeline
+outputs in DIR, keyed by everything that could change them: the corpus files (path, size,
+modification time), the message order (shuffle, limit), the ``[features]`` table, whether the
+model takes numeric input, and the source code of the featurizer, pipeline and codec. Change any
+of them and the entry is simply not found.
+
+The entries are pickles: point the cache only at a folder you alone write to.
+
+>>> key_of({"corpus": "x"}) == key_of({"corpus": "x"}) != key_of({"corpus": "y"})
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
+from streamnb.evaluation.corpora import Corpus
+from streamnb.evaluation.replay import Featurizations, featurize_all
+
+__all__ = ["cached_featurize", "key_of"]
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+# The code whose output is cached: a change to any of it invalidates every entry.
+_CODE = ("features", "pipeline.py", "codec.py", "hashing.py")
+
+
+def _code_digest() -> str:
+    digest = hashlib.sha256()
+    for name in _CODE:
+        path = _PACKAGE / name
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for file in files:
+            digest.update(str(file.relative_to(_PACKAGE)).encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _corpus_files(corpus: Corpus) -> list[list]:
+    folder = corpus.path if corpus.path.is_dir() else None
+    files = sorted(folder.iterdir()) if folder else [corpus.path]
+    return [
+        [str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files if f.is_file()
+    ]
+
+
+def key_of(description: dict) -> str:
+    return hashlib.sha256(json.dumps(description, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def cached_featurize(pipeline, corpus: Corpus, features: dict, directory: Path) -> Featurizations:
+    """``featurize_all(pipeline, corpus.messages)``, read from ``directory`` when possible."""
+    order = hashlib.sha256("\n".join(m.id for m in corpus.messages).encode()).hexdigest()
+    key = key_of(
+        {
+            "corpus": _corpus_files(corpus),
+            "format": corpus.format,
+            "order": order,
+            "features": features,
+            "numeric": pipeline.numeric,
+            "code": _code_digest(),
+        }
+    )
+    directory = Path(directory)
+    entry = directory / f"{key}.pickle"
+    if entry.is_file():
+        with entry.open("rb") as handle:
+            return pickle.load(handle)
+    featurized = featurize_all(pipeline, corpus.messages)
+    directory.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            pickle.dump(featurized, out, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(temporary, entry)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return featurized

@@ -1,0 +1,143 @@
+"""The store of recent messages that lets late labels, corrections and duplicates be learned once.
+
+For each recent message id it keeps the model input (compact JSON bytes), the input partition
+("slice") it came from and the label the model **currently** holds for it (``None`` when the
+message was unlabelled and no feedback has come yet). That last field is what makes feedback
+idempotent: a label equal to the current one is a duplicate and changes nothing, a different
+one is a correction (unlearn the old, learn the new). Replaying feedback after a crash is then
+safe, because the store is checkpointed together with the model and the offsets.
+
+The store is bounded by a number of ids and a number of bytes; the oldest messages (by arrival)
+are forgotten first. Feedback for a forgotten (or never seen) id cannot be learned: the daemon
+dead-letters it with reason ``unknown_id``.
+
+>>> store = FeedbackStore(max_ids=2)
+>>> store.remember("m1", "mail:0", {"win": 1}, None)
+0
+>>> decide(store.get("m1"), "spam")
+'learned'
+>>> store.set_label("m1", "spam")
+>>> decide(store.get("m1"), "spam"), decide(store.get("m1"), "ham")
+('duplicate', 'relabelled')
+>>> store.remember("m2", "mail:0", {"hi": 1}, "ham"), store.remember("m3", "mail:0", {}, None)
+(0, 1)
+>>> store.get("m1") is None, len(store)
+(True, 2)
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = ["Entry", "FeedbackStore", "decide"]
+
+# Dict and bookkeeping overhead per entry, so max_bytes bounds real memory, not just payloads.
+ENTRY_OVERHEAD = 200
+
+
+@dataclass(slots=True)
+class Entry:
+    slice: str
+    label: str | None
+    x_json: bytes
+
+    @property
+    def x(self) -> Any:
+        """The model input as it was learned (token counts, or a numeric vector)."""
+        return orjson.loads(self.x_json)
+
+
+def decide(entry: Entry | None, label: str) -> str:
+    """What feedback ``label`` means for ``entry``: one of the feedback outcomes."""
+    if entry is None:
+        return "unknown_id"
+    if entry.label is None:
+        return "learned"
+    if entry.label == label:
+        return "duplicate"
+    return "relabelled"
+
+
+class FeedbackStore:
+    """Recent messages by id, bounded by ``max_ids`` and ``max_bytes``, oldest evicted first."""
+
+    def __init__(self, max_ids: int = 100_000, max_bytes: int = 64 * 1024 * 1024):
+        self.max_ids = max_ids
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self.nbytes = 0
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, msg_id: str) -> bool:
+        return msg_id in self._entries
+
+    def get(self, msg_id: str) -> Entry | None:
+        return self._entries.get(msg_id)
+
+    @staticmethod
+    def encode_x(x: Any) -> bytes:
+        """The compact form an input is kept in; raises ``TypeError`` if not JSON-encodable."""
+        try:
+            return orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY)
+        except orjson.JSONEncodeError as error:
+            raise TypeError(f"model input cannot be stored: {error}") from None
+
+    def remember(self, msg_id: str, slice_key: str, x: Any, label: str | None) -> int:
+        """Keep ``msg_id``; ``x`` is the model input or its :meth:`encode_x` bytes.
+
+        Returns how many old entries were evicted to make room.
+        """
+        x_json = x if isinstance(x, bytes) else self.encode_x(x)
+        old = self._entries.pop(msg_id, None)
+        if old is not None:
+            self.nbytes -= self._size(msg_id, old)
+        entry = Entry(slice_key, label, x_json)
+        self._entries[msg_id] = entry
+        self.nbytes += self._size(msg_id, entry)
+        evicted = 0
+        while len(self._entries) > 1 and (
+            len(self._entries) > self.max_ids or self.nbytes > self.max_bytes
+        ):
+            old_id, old_entry = self._entries.popitem(last=False)
+            self.nbytes -= self._size(old_id, old_entry)
+            evicted += 1
+        self.evicted += evicted
+        return evicted
+
+    def set_label(self, msg_id: str, label: str | None) -> None:
+        self._entries[msg_id].label = label
+
+    @staticmethod
+    def _size(msg_id: str, entry: Entry) -> int:
+        return len(msg_id) + len(entry.x_json) + len(entry.slice) + ENTRY_OVERHEAD
+
+    # -------------------------------------------------------------- persistence
+    def to_state(self) -> dict[str, Any]:
+        """JSON-compatible state, oldest entry first (so eviction order survives a restart)."""
+        return {
+            "version": 1,
+            "evicted": self.evicted,
+            "entries": [
+                [msg_id, e.slice, e.label, e.x_json.decode("utf-8")]
+                for msg_id, e in self._entries.items()
+            ],
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: dict[str, Any], max_ids: int = 100_000, max_bytes: int = 64 * 1024 * 1024
+    ) -> FeedbackStore:
+        if state.get("version") != 1:
+            raise ValueError(f"feedback store state version {state.get('version')!r} unknown")
+        store = cls(max_ids=max_ids, max_bytes=max_bytes)
+        for msg_id, slice_key, label, x_text in state["entries"]:
+            store.remember(msg_id, slice_key, x_text.encode("utf-8"), label)
+        store.evicted += state.get("evicted", 0)
+        return store

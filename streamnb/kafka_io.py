@@ -1,0 +1,302 @@
+"""Everything that talks to Kafka: the only module that imports ``kafka`` (kafka-python).
+
+The daemon sees partitions as ``(topic, partition)`` tuples and records as :class:`Record`, so
+the loop can be tested against an in-memory fake with the same small surface as
+:class:`KafkaIO`: ``poll``, ``seek``, ``seek_to_beginning``, ``seek_to_end``, ``commit``,
+``highwater``, ``send``, ``flush``, ``close``.
+
+Threading note (kafka-python 3): rebalance callbacks run on the consumer's IO thread while the
+caller's ``poll`` waits for the rebalance to finish, so they never overlap the processing of a
+batch. A blocking commit is not allowed on that thread; :meth:`KafkaIO.commit` with
+``wait=False`` is what the revocation path uses.
+
+>>> Record("mail", 0, 7, b"m1", b"{}", (), 0).tp
+('mail', 0)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.structs import OffsetAndMetadata
+
+from streamnb.config import KafkaSettings
+
+__all__ = ["KafkaIO", "Record", "TP", "create_topics", "produce", "read_all"]
+
+log = logging.getLogger("streamnb.kafka")
+
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One input record, decoupled from kafka-python's types."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
+
+    @property
+    def tp(self) -> TP:
+        return (self.topic, self.partition)
+
+
+def _tps(partitions: Iterable[TopicPartition]) -> list[TP]:
+    return sorted((p.topic, p.partition) for p in partitions)
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, io: KafkaIO):
+        self.io = io
+
+    def on_partitions_revoked(self, revoked):
+        if revoked:
+            self.io.on_revoked(_tps(revoked), lost=False)
+
+    def on_partitions_assigned(self, assigned):
+        self.io.on_assigned(_tps(assigned))
+
+    def on_partitions_lost(self, lost):
+        if lost:
+            self.io.on_revoked(_tps(lost), lost=True)
+
+
+class KafkaIO:
+    """A consumer in a group (manual commits, batched polls) plus an asynchronous producer.
+
+    ``on_assigned(tps)`` and ``on_revoked(tps, lost)`` are called from rebalances.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        on_assigned: Callable[[list[TP]], None],
+        on_revoked: Callable[[list[TP], bool], None],
+    ):
+        self.settings = settings
+        self.on_assigned = on_assigned
+        self.on_revoked = on_revoked
+        self._send_errors: list[BaseException] = []
+        self._errors_lock = threading.Lock()
+        self.producer = KafkaProducer(
+            bootstrap_servers=settings.bootstrap_servers,
+            client_id=f"{settings.client_id}-producer",
+            acks=settings.producer_acks if settings.producer_acks == "all" else int(
+                settings.producer_acks
+            ),
+            linger_ms=settings.producer_linger_ms,
+            batch_size=256 * 1024,
+            enable_idempotence=settings.producer_acks == "all",
+        )
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=settings.bootstrap_servers,
+            client_id=settings.client_id,
+            group_id=settings.group_id,
+            group_instance_id=settings.group_instance_id or None,
+            enable_auto_commit=False,
+            auto_offset_reset=settings.start_offset,
+            max_poll_records=settings.max_poll_records,
+            session_timeout_ms=settings.session_timeout_ms,
+            heartbeat_interval_ms=max(1000, settings.session_timeout_ms // 4),
+            # A topic created after start-up is noticed (and assigned) within this time.
+            metadata_max_age_ms=10_000,
+        )
+        # Know the input topics' partitions before joining the group: a group leader that
+        # joins without them assigns nothing until the next metadata refresh.
+        for topic in settings.input_topics:
+            if not self.consumer.partitions_for_topic(topic):
+                log.warning("input topic %s does not exist (yet)", topic)
+        self.consumer.subscribe(list(settings.input_topics), listener=_Listener(self))
+
+    # ------------------------------------------------------------------ consuming
+    def poll(self, timeout_ms: int) -> list[Record]:
+        """The next batch (at most ``max_poll_records``), in offset order within a partition."""
+        batches = self.consumer.poll(timeout_ms=timeout_ms)
+        records: list[Record] = []
+        for tp, items in batches.items():
+            topic, partition = tp.topic, tp.partition
+            records.extend(
+                Record(
+                    topic,
+                    partition,
+                    r.offset,
+                    r.key,
+                    r.value,
+                    tuple(r.headers or ()),
+                    r.timestamp,
+                )
+                for r in items
+            )
+        return records
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self.consumer.seek(TopicPartition(*tp), offset)
+
+    def seek_to_beginning(self, tp: TP) -> None:
+        self.consumer.seek_to_beginning(TopicPartition(*tp))
+
+    def seek_to_end(self, tp: TP) -> None:
+        self.consumer.seek_to_end(TopicPartition(*tp))
+
+    def highwater(self, tp: TP) -> int | None:
+        return self.consumer.highwater(TopicPartition(*tp))
+
+    def commit(self, offsets: dict[TP, int], wait: bool = True) -> bool:
+        """Commit ``offsets`` (the next offset to read per partition) to the group.
+
+        These commits only feed lag dashboards: the daemon resumes from its checkpoint, so a
+        failed commit is logged and otherwise harmless.
+        """
+        if not offsets:
+            return True
+        payload = {
+            TopicPartition(*tp): OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()
+        }
+        try:
+            if wait:
+                self.consumer.commit(payload, timeout_ms=5000)
+            else:
+                self.consumer.commit_async(payload)
+        except (KafkaError, RuntimeError) as error:
+            log.warning("offset commit failed (lag metrics only): %s", error)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ producing
+    def _on_send_error(self, error: BaseException) -> None:
+        with self._errors_lock:
+            self._send_errors.append(error)
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Queue a record; delivery is confirmed by :meth:`flush`."""
+        future = self.producer.send(topic, value=value, key=key, headers=headers)
+        future.add_errback(self._on_send_error)
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Block until every queued record is acknowledged; raise if any delivery failed."""
+        self.producer.flush(timeout=timeout)
+        with self._errors_lock:
+            errors, self._send_errors = self._send_errors, []
+        if errors:
+            raise KafkaDeliveryError(f"{len(errors)} output record(s) not delivered: {errors[0]}")
+
+    def close(self, timeout: float = 5.0) -> None:
+        try:
+            self.consumer.close(autocommit=False, timeout_ms=int(timeout * 1000))
+        finally:
+            self.producer.close(timeout=timeout)
+
+
+class KafkaDeliveryError(RuntimeError):
+    """The producer could not deliver an output or dead-letter record."""
+
+
+# ---------------------------------------------------------------------- tools
+# Small helpers for scripts, tests and benchmarks, so they need not import kafka themselves.
+
+
+def create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
+    """Create topics with the given partition counts (replication 1); existing ones are kept."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="streamnb-admin")
+    try:
+        for name, count in partitions.items():
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics(
+                    {name: {"num_partitions": count, "replication_factor": 1}},
+                    wait_for_metadata=True,
+                )
+    finally:
+        admin.close()
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes]],
+    rate: float | None = None,
+) -> int:
+    """Send ``(key, value)`` pairs to ``topic`` and wait for all of them; returns the count.
+
+    With ``rate`` (records per second) sending is paced evenly instead of as fast as possible.
+    """
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=256 * 1024)
+    count = 0
+    start = time.perf_counter()
+    try:
+        for key, value in records:
+            if rate:
+                delay = start + count / rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            producer.send(topic, value=value, key=key)
+            count += 1
+        producer.flush(timeout=60)
+    finally:
+        producer.close(timeout=10)
+    return count
+
+
+def read_all(
+    bootstrap: str,
+    topic: str,
+    until: Callable[[list[Record]], bool],
+    timeout: float = 60.0,
+) -> list[Record]:
+    """Read ``topic`` from the beginning until ``until(records_so_far)`` holds or time runs out."""
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    records: list[Record] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while not until(records) and time.monotonic() < deadline:
+            for tp, items in consumer.poll(timeout_ms=200).items():
+                records.extend(
+                    Record(
+                        tp.topic,
+                        tp.partition,
+                        r.offset,
+                        r.key,
+                        r.value,
+                        tuple(r.headers or ()),
+                        r.timestamp,
+                    )
+                    for r in items
+                )
+    finally:
+        consumer.close(autocommit=False)
+    return records
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[TP, int]:
+    """The current end offset of every partition of ``topic``."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        result = consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+        return {(tp.topic, tp.partition): off for tp, off in result.items()}
+    finally:
+        consumer.close(autocommit=False)

@@ -1,0 +1,137 @@
+"""Settings, checkpoint files and the feedback store: what an operator and a restart rely on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamnb.config import ConfigError, load_settings
+from streamnb.feedback import FeedbackStore, decide
+from streamnb.state import CheckpointError, read_checkpoint, write_checkpoint
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_documented_example_config_loads(tmp_path):
+    settings = load_settings(REPO / "config.toml", environ={})
+    assert settings.kafka.input_topics == ("streamnb-input",)
+    assert settings.model.kind == "multinomial"
+    assert settings.model.labels == ("ham", "spam")
+    assert settings.checkpoint.path == REPO / "var/streamnb/checkpoint.json"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[checkpoint]\nevery_messages = -3\n",
+         "checkpoint.every_messages must be a positive integer, got -3"),
+        ("[checkpoint]\nevery_seconds = 'soon'\n",
+         "checkpoint.every_seconds must be a positive number, got 'soon'"),
+        ("[kafka]\nbootstrap = 'x'\n", "unknown key kafka.bootstrap"),
+        ("[kafak]\n", "unknown table [kafak]"),
+        ("[kafka]\ninput_topics = []\n", "kafka.input_topics must be a non-empty list"),
+        ("[kafka]\nstart_offset = 'middle'\n", "kafka.start_offset must be one of"),
+        ("[metrics]\nport = 70000\n", "metrics.port must be a port number"),
+        ("[logging]\nformat = 'xml'\n", "logging.format must be one of 'plain', 'json'"),
+        ("[kafka]\noutput_topic = 'streamnb-input'\n", "must be different topics"),
+        ("[model]\nlabels = ['a', 'a']\n", "model.labels must be a list without duplicates"),
+        ("[checkpoint\n", "not valid TOML"),
+    ],
+)
+def test_a_bad_value_fails_at_start_naming_the_key(text, message):
+    with pytest.raises(ConfigError, match="^config: ") as info:
+        load_settings(text=text, environ={})
+    assert message in str(info.value)
+
+
+def test_environment_overrides_every_level():
+    env = {
+        "STREAMNB_KAFKA__BOOTSTRAP_SERVERS": "kafka:29092",
+        "STREAMNB_KAFKA__INPUT_TOPICS": "a, b",
+        "STREAMNB_CHECKPOINT__EVERY_MESSAGES": "50",
+        "STREAMNB_MODEL__OPTIONS__ALPHA": "0.5",
+        "STREAMNB_MODEL__LABELS": '["x", "y", "z"]',
+        "OTHER_VARIABLE": "ignored",
+    }
+    settings = load_settings(text="[model.options]\nalpha = 1.0\n", environ=env)
+    assert settings.kafka.bootstrap_servers == "kafka:29092"
+    assert settings.kafka.input_topics == ("a", "b")
+    assert settings.checkpoint.every_messages == 50
+    assert settings.model.options == {"alpha": 0.5}
+    assert settings.model.labels == ("x", "y", "z")
+    with pytest.raises(ConfigError, match="checkpoint.every_messages must be a positive integer"):
+        load_settings(text="", environ={"STREAMNB_CHECKPOINT__EVERY_MESSAGES": "0"})
+
+
+def test_checkpoint_write_is_atomic_and_leaves_no_temporary_file(tmp_path):
+    path = tmp_path / "sub" / "ckpt.json"
+    write_checkpoint(path, {"n": 1})
+    write_checkpoint(path, {"n": 2})
+    assert read_checkpoint(path) == {"n": 2}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["ckpt.json"]
+
+
+def test_a_damaged_or_foreign_checkpoint_is_refused(tmp_path):
+    path = tmp_path / "ckpt.json"
+    write_checkpoint(path, {"slices": {"in:0": {"next_offset": 12345}}})
+    blob = path.read_bytes()
+    path.write_bytes(blob.replace(b"12345", b"12346"))
+    with pytest.raises(CheckpointError, match="damaged"):
+        read_checkpoint(path)
+    path.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(CheckpointError, match="damaged"):
+        read_checkpoint(path)
+    path.write_bytes(blob.replace(b'"version":1', b'"version":99'))
+    with pytest.raises(CheckpointError, match="version 99"):
+        read_checkpoint(path)
+    path.write_bytes(b'{"hello": 1}\n')
+    with pytest.raises(CheckpointError, match="not a streamnb checkpoint"):
+        read_checkpoint(path)
+
+
+def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.json"
+    write_checkpoint(path, {"n": 1})
+
+    def crash(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError):
+        write_checkpoint(path, {"n": 2})
+    assert read_checkpoint(path) == {"n": 1}
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([f"m{i}" for i in range(30)]),
+            st.dictionaries(st.text(min_size=1, max_size=5), st.integers(1, 9), max_size=4),
+            st.sampled_from([None, "ham", "spam"]),
+        ),
+        max_size=60,
+    ),
+    st.integers(1, 10),
+)
+def test_feedback_store_stays_bounded_and_survives_a_round_trip(items, max_ids):
+    store = FeedbackStore(max_ids=max_ids, max_bytes=3000)
+    for msg_id, x, label in items:
+        store.remember(msg_id, "in:0", x, label)
+        assert len(store) <= max_ids
+        assert store.nbytes <= 3000 or len(store) == 1
+        assert store.get(msg_id).x == x and store.get(msg_id).label == label
+    again = FeedbackStore.from_state(store.to_state(), max_ids=max_ids, max_bytes=3000)
+    assert again.to_state()["entries"] == store.to_state()["entries"]
+    assert again.nbytes == store.nbytes
+
+
+def test_feedback_outcomes():
+    store = FeedbackStore()
+    assert decide(store.get("x"), "ham") == "unknown_id"
+    store.remember("x", "in:0", {"a": 1}, "ham")
+    assert decide(store.get("x"), "ham") == "duplicate"
+    assert decide(store.get("x"), "spam") == "relabelled"

@@ -1,0 +1,289 @@
+"""The daemon's loop against in-memory Kafka: prequential order, feedback, dead letters,
+checkpoints, crashes and rebalances. The real-broker versions live in tests/integration."""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamnb.state import read_checkpoint
+from tests.daemon.fakes import (
+    CountModel,
+    FakeKafka,
+    RecordingMetrics,
+    drain,
+    make_daemon,
+    settings_for,
+    total_state,
+)
+
+WORDS = ["win", "cash", "now", "hello", "mum", "meeting", "free", "prize", "lunch", "call"]
+
+
+def message(msg_id, text, label=None):
+    obj = {"id": msg_id, "text": text}
+    if label is not None:
+        obj["label"] = label
+    return orjson.dumps(obj)
+
+
+def feedback(msg_id, label):
+    return orjson.dumps({"type": "feedback", "id": msg_id, "label": label})
+
+
+def random_text(rng, label):
+    spammy = label == "spam"
+    words = [rng.choice(WORDS[:5] if spammy else WORDS[3:]) for _ in range(rng.randint(1, 6))]
+    return " ".join(words)
+
+
+def offline(final_labels, texts):
+    model = CountModel()
+    for msg_id, label in final_labels.items():
+        model.learn_one(dict(__import__("collections").Counter(texts[msg_id].split())), label)
+    state = model.to_state()
+    state.pop("n_updates")
+    return state
+
+
+def outputs(kafka, topic="out"):
+    return [(r.key.decode(), orjson.loads(r.value)) for r in kafka.all(topic)]
+
+
+def test_every_message_is_predicted_before_it_is_learned(tmp_path):
+    kafka = FakeKafka({"in": 1})
+    kafka.append("in", message("a", "win cash", "spam"))
+    kafka.append("in", message("b", "win cash"))
+    kafka.append("in", message("c", "hello mum", "ham"))
+    metrics = RecordingMetrics()
+    daemon = make_daemon(settings_for(tmp_path), kafka, metrics)
+    drain(daemon)
+    daemon.checkpoint("test")
+
+    observed = metrics.names("observe_labelled")
+    # "a" came first: predicted by the empty model, then learned.
+    assert observed[0] == ("spam", None, {})
+    # "c" was predicted by a model that had seen only spam.
+    assert observed[1][1] == "spam"
+    [(key, prediction)] = outputs(kafka)
+    assert key == "b"
+    assert prediction["label"] == "spam"
+    assert prediction["probabilities"] == {"spam": 1.0}
+    assert prediction["model_updates"] == 1
+    assert (prediction["topic"], prediction["partition"], prediction["offset"]) == ("in", 0, 1)
+    assert prediction["latency_seconds"] >= 0
+    assert prediction["score"] == 1.0
+
+
+def test_late_feedback_corrections_and_duplicates_equal_offline_on_final_labels(tmp_path):
+    rng = random.Random(4)
+    kafka = FakeKafka({"in": 2})
+    texts, truth, final = {}, {}, {}
+    for i in range(120):
+        label = rng.choice(["ham", "spam"])
+        texts[f"m{i}"] = random_text(rng, label)
+        truth[f"m{i}"] = label
+        labelled = i % 3 == 0
+        kafka.append("in", message(f"m{i}", texts[f"m{i}"], label if labelled else None),
+                     key=f"m{i}".encode())
+        if labelled:
+            final[f"m{i}"] = label
+    # late labels for half the unlabelled ones
+    late = [m for m in truth if m not in final][::2]
+    for m in late:
+        kafka.append("in", feedback(m, truth[m]), key=m.encode())
+        final[m] = truth[m]
+    # corrections: flip 15 labels, then flip 5 of them back
+    flipped = rng.sample(sorted(final), 15)
+    for m in flipped:
+        final[m] = "ham" if final[m] == "spam" else "spam"
+        kafka.append("in", feedback(m, final[m]), key=m.encode())
+    for m in flipped[:5]:
+        final[m] = "ham" if final[m] == "spam" else "spam"
+        kafka.append("in", feedback(m, final[m]), key=m.encode())
+    # duplicates of everything
+    for m in sorted(final):
+        kafka.append("in", feedback(m, final[m]), key=m.encode())
+
+    metrics = RecordingMetrics()
+    daemon = make_daemon(settings_for(tmp_path), kafka, metrics)
+    drain(daemon)
+    assert total_state(daemon) == offline(final, texts)
+    outcomes = [c[0] for c in metrics.names("feedback_outcome")]
+    assert outcomes.count("learned") == len(late)
+    assert outcomes.count("relabelled") == 20
+    assert outcomes.count("duplicate") == len(final)
+    assert "unknown_id" not in outcomes
+    assert len(outputs(kafka)) == len(truth) - sum(1 for i in range(120) if i % 3 == 0)
+
+
+def test_feedback_for_an_aged_out_id_is_dead_lettered_and_learns_nothing(tmp_path):
+    kafka = FakeKafka({"in": 1})
+    for i in range(5):
+        kafka.append("in", message(f"m{i}", "win cash"))
+    kafka.append("in", feedback("m0", "spam"))  # m0 was evicted (max_ids = 3)
+    kafka.append("in", feedback("m4", "spam"))
+    kafka.append("in", feedback("never", "ham"))
+    base = settings_for(tmp_path)
+    from dataclasses import replace
+
+    from streamnb.config import FeedbackSettings
+
+    daemon = make_daemon(replace(base, feedback=FeedbackSettings(max_ids=3)), kafka)
+    drain(daemon)
+    daemon.checkpoint("test")
+    dead = kafka.all("dlq")
+    reasons = [dict(r.headers)["streamnb.reason"] for r in dead]
+    assert reasons == [b"unknown_id", b"unknown_id"]
+    assert [orjson.loads(r.value)["id"] for r in dead] == ["m0", "never"]
+    assert total_state(daemon)["docs"] == {"spam": 1}
+
+
+def test_poison_goes_to_the_dead_letter_topic_with_original_bytes_and_the_rest_is_unaffected(
+    tmp_path,
+):
+    kafka = FakeKafka({"in": 1})
+    poison = [
+        (b"not json", "bad_json"),
+        (b'{"id": "p2", "label": "spam"}', "missing_body"),
+        (b'{"id": "p3", "text": "CRASH here"}', "parse_error"),
+        (message("p4", "win", "eggs"), "unknown_label"),
+        (b'{"id": "p5", "text": "a", "tokens": ["a"]}', "ambiguous_body"),
+        (b'{"type": "feedback", "id": "x"}', "missing_label"),
+        (b"\xff\xfe garbage", "bad_json"),
+        (b'{"id": "p8", "features": [1.0, 2.0]}', "wrong_body"),
+    ]
+    good = [message("g1", "win cash", "spam"), message("g2", "hello mum", "ham")]
+    for i, (value, _) in enumerate(poison):
+        kafka.append("in", value, key=f"k{i}".encode(), headers=[("origin", b"test")])
+        kafka.append("in", good[i % 2])
+    daemon = make_daemon(settings_for(tmp_path), kafka)
+    drain(daemon)
+    daemon.checkpoint("test")
+    dead = kafka.all("dlq")
+    assert [r.value for r in dead] == [value for value, _ in poison]
+    for record, (_, reason), i in zip(dead, poison, range(len(poison)), strict=True):
+        headers = dict(record.headers)
+        assert headers["streamnb.reason"].decode() == reason
+        assert headers["origin"] == b"test"
+        assert record.key == f"k{i}".encode()
+        assert headers["streamnb.source.topic"] == b"in"
+        assert int(headers["streamnb.source.offset"]) == 2 * i
+    # the good messages (ids repeat, so each counts once under its label)
+    assert total_state(daemon)["docs"] == {"spam": 1, "ham": 1}
+
+
+def _stream(seed, n=150, partitions=3):
+    rng = random.Random(seed)
+    kafka = FakeKafka({"in": partitions})
+    texts, final = {}, {}
+    for i in range(n):
+        m = f"m{i}"
+        label = rng.choice(["ham", "spam"])
+        texts[m] = random_text(rng, label)
+        labelled = rng.random() < 0.6
+        kafka.append("in", message(m, texts[m], label if labelled else None), key=m.encode())
+        if labelled:
+            final[m] = label
+        if i > 10 and rng.random() < 0.3:  # late label or correction for an earlier id
+            old = f"m{rng.randrange(i)}"
+            new = rng.choice(["ham", "spam"])
+            kafka.append("in", feedback(old, new), key=old.encode())
+            final[old] = new
+    return kafka, texts, final
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 10_000),
+    crash_polls=st.lists(st.integers(1, 40), min_size=1, max_size=3),
+    batch=st.integers(1, 20),
+)
+def test_crash_at_any_moment_then_resume_counts_every_label_exactly_once(
+    tmp_path_factory, seed, crash_polls, batch
+):
+    tmp_path = tmp_path_factory.mktemp("crash")
+    kafka, texts, final = _stream(seed)
+    config = settings_for(tmp_path)
+    rng = random.Random(seed)
+    for polls in crash_polls:
+        daemon = make_daemon(config, kafka, batch=batch)
+        for _ in range(polls):
+            records = daemon.io.poll(0)
+            if records:
+                daemon.process(records)
+            if rng.random() < 0.3 and daemon.pending:
+                daemon.checkpoint("interval")
+        # kill -9: unflushed outputs and everything since the last checkpoint are gone
+        daemon.io.outbox.clear()
+    daemon = make_daemon(config, kafka, batch=batch)
+    drain(daemon)
+    daemon.checkpoint("shutdown")
+    assert total_state(daemon) == offline(final, texts)
+    # and the file alone holds the same model
+    body = read_checkpoint(config.checkpoint.path)
+    total = CountModel()
+    for part in body["slices"].values():
+        total += CountModel.from_state(part["model"])
+    state = total.to_state()
+    state.pop("n_updates")
+    assert state == offline(final, texts)
+    # every unlabelled id got at least one prediction (at least once after crashes)
+    predicted = {key for key, _ in outputs(kafka)}
+    assert predicted >= {m for m in texts if m not in final} - set(final)
+
+
+def test_revoked_partition_leaves_the_live_model_and_comes_back_on_reassignment(tmp_path):
+    kafka, texts, final = _stream(1, n=60, partitions=2)
+    config = settings_for(tmp_path)
+    daemon = make_daemon(config, kafka)
+    drain(daemon)
+    both = daemon.live.to_state()
+    daemon.io.rebalance([("in", 0)])
+    daemon.io.poll(0)
+    assert set(daemon.slices) == {"in:0"} and set(daemon.parked) == {"in:1"}
+    assert daemon.live is daemon.slices["in:0"]
+    assert read_checkpoint(config.checkpoint.path)["slices"].keys() == {"in:0", "in:1"}
+    daemon.io.rebalance([("in", 0), ("in", 1)])
+    daemon.io.poll(0)
+    assert daemon.live.to_state()["docs"] == both["docs"]
+    assert total_state(daemon) == offline(final, texts)
+
+
+def test_restart_after_clean_shutdown_relearns_nothing(tmp_path):
+    kafka, texts, final = _stream(2, n=80)
+    config = settings_for(tmp_path)
+    daemon = make_daemon(config, kafka)
+    drain(daemon)
+    daemon.checkpoint("shutdown")
+    before = total_state(daemon)
+    n_out = len(kafka.all("out"))
+
+    metrics = RecordingMetrics()
+    again = make_daemon(config, kafka, metrics)
+    drain(again)
+    assert metrics.names("learned") == [] and metrics.loaded is not None
+    assert total_state(again) == before == offline(final, texts)
+    assert len(kafka.all("out")) == n_out
+
+
+def test_checkpoint_of_another_model_kind_is_refused(tmp_path):
+    from dataclasses import replace
+
+    from streamnb.config import ModelSettings
+    from streamnb.state import CheckpointError
+
+    kafka, _, _ = _stream(3, n=10)
+    config = settings_for(tmp_path)
+    daemon = make_daemon(config, kafka)
+    drain(daemon)
+    daemon.checkpoint("shutdown")
+    other = replace(config, model=ModelSettings(kind="gda"))
+    with pytest.raises(CheckpointError, match="holds a 'count' model"):
+        make_daemon(other, kafka)

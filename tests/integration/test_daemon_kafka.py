@@ -1,0 +1,277 @@
+"""``python -m streamnb run`` against the real local broker (``scripts/kafka.sh start``)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+
+import orjson
+import pytest
+
+from streamnb.codec import Message
+from streamnb.kafka_io import create_topics, end_offsets, produce, read_all
+from streamnb.pipeline import build_pipeline
+from tests.integration.harness import (
+    DaemonProcess,
+    checkpoint_model,
+    feedback,
+    sms,
+    value,
+    wait_caught_up,
+    wait_for,
+    write_config,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
+
+
+def offline_model(final_labels: dict[str, str], texts: dict[str, str], kind="multinomial"):
+    """The model trained offline, one message at a time, on each id's final label."""
+    pipeline = build_pipeline({"kind": kind}, {})
+    model = pipeline.model
+    for msg_id in sorted(final_labels):
+        x = pipeline.prepare(Message(id=msg_id, text=texts[msg_id])).x
+        model.learn_one(x, final_labels[msg_id])
+    return model
+
+
+def assert_same_model(got, want):
+    assert got is not None, "the checkpoint holds no model"
+    assert got.n_updates == want.n_updates
+    assert got.to_state() == want.to_state()
+
+
+def start(tmp_path, kafka_bootstrap, topic_prefix, partitions=1, **config):
+    create_topics(
+        kafka_bootstrap,
+        {f"{topic_prefix}-in": partitions, f"{topic_prefix}-out": 1, f"{topic_prefix}-dlq": 1},
+    )
+    path = write_config(tmp_path, kafka_bootstrap, topic_prefix, **config)
+    return path
+
+
+def test_sms_end_to_end_one_prediction_per_unlabelled_id(
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+):
+    rows = sms(data_dir)
+    assert len(rows) == 5574
+    rng = random.Random(7)
+    unlabelled = {msg_id for msg_id, _, _ in rows if rng.random() < 0.2}
+    truth = {msg_id: label for msg_id, label, _ in rows}
+    config = start(tmp_path, kafka_bootstrap, topic_prefix, partitions=2)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
+    daemon.wait_assigned()
+    produce(
+        kafka_bootstrap,
+        f"{topic_prefix}-in",
+        (
+            (msg_id.encode(), value(msg_id, text, None if msg_id in unlabelled else label))
+            for msg_id, label, text in rows
+        ),
+    )
+    wait_caught_up(
+        tmp_path / "checkpoint.json", end_offsets(kafka_bootstrap, f"{topic_prefix}-in"), daemon
+    )
+    code, seconds = daemon.terminate()
+    assert code == 0
+
+    predictions = read_all(
+        kafka_bootstrap, f"{topic_prefix}-out", until=lambda r: len(r) >= len(unlabelled)
+    )
+    by_id = Counter(r.key.decode() for r in predictions)
+    assert set(by_id) == unlabelled
+    assert max(by_id.values()) == 1, "an unlabelled id got more than one prediction"
+    correct = 0
+    for record in predictions:
+        prediction = orjson.loads(record.value)
+        assert prediction["id"] == record.key.decode()
+        # the classes the model had seen when it predicted (only "ham" at the very start)
+        assert set(prediction["probabilities"]) <= {"ham", "spam"}
+        assert abs(sum(prediction["probabilities"].values()) - 1) < 1e-9
+        assert prediction["topic"] == f"{topic_prefix}-in"
+        correct += prediction["label"] == truth[prediction["id"]]
+    accuracy = correct / len(unlabelled)
+    assert accuracy >= 0.95, f"accuracy on the unlabelled messages {accuracy:.4f}"
+    assert read_all(kafka_bootstrap, f"{topic_prefix}-dlq", until=lambda r: False, timeout=1) == []
+
+
+def test_kill_9_at_three_random_moments_loses_and_doubles_nothing(
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+):
+    rows = sms(data_dir)[:3000]
+    texts = {msg_id: text for msg_id, _, text in rows}
+    rng = random.Random(11)
+    stream, final = [], {}
+    for msg_id, label, text in rows:
+        if rng.random() < 0.8:
+            stream.append((msg_id, value(msg_id, text, label)))
+            final[msg_id] = label
+        else:
+            stream.append((msg_id, value(msg_id, text)))
+        if rng.random() < 0.1 and final:  # a late label or a correction for an earlier id
+            old = rng.choice(list(texts)[: len(final)])
+            new = rng.choice(["ham", "spam"])
+            stream.append((old, feedback(old, new)))
+            final[old] = new
+    config = start(
+        tmp_path, kafka_bootstrap, topic_prefix, partitions=3, every_messages=150,
+        every_seconds=0.3,
+    )
+    topic = f"{topic_prefix}-in"
+    # The producer paces the stream over a few seconds, so the kills land mid-consumption.
+    producer = threading.Thread(
+        target=produce,
+        args=(kafka_bootstrap, topic, ((k.encode(), v) for k, v in stream)),
+        kwargs={"rate": 1200},
+    )
+    producer.start()
+    kill_rng = random.Random()
+    moments = []
+    for round_ in range(3):
+        daemon = DaemonProcess(config, tmp_path / f"daemon-{round_}.log")
+        daemon.wait_assigned()
+        moment = kill_rng.uniform(0.2, 1.5)
+        moments.append(round(moment, 2))
+        time.sleep(moment)  # a random moment, not a condition to wait for
+        daemon.kill()
+    producer.join()
+    daemon = DaemonProcess(config, tmp_path / "daemon-final.log")
+    wait_caught_up(tmp_path / "checkpoint.json", end_offsets(kafka_bootstrap, topic), daemon)
+    code, _ = daemon.terminate()
+    assert code == 0
+    assert_same_model(checkpoint_model(tmp_path / "checkpoint.json"), offline_model(final, texts))
+
+
+def test_late_labels_corrections_and_duplicates_equal_offline_on_final_labels(
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+):
+    rows = sms(data_dir)[:800]
+    texts = {msg_id: text for msg_id, _, text in rows}
+    truth = {msg_id: label for msg_id, label, _ in rows}
+    rng = random.Random(3)
+    stream = [(m, value(m, texts[m])) for m in texts]  # all unlabelled at first
+    late = [m for m in texts if rng.random() < 0.7]
+    stream += [(m, feedback(m, truth[m])) for m in late]
+    final = {m: truth[m] for m in late}
+    corrected = rng.sample(late, 60)
+    for m in corrected:  # corrections ...
+        final[m] = "ham" if final[m] == "spam" else "spam"
+        stream.append((m, feedback(m, final[m])))
+    for m in corrected[:20]:  # ... corrections of corrections ...
+        final[m] = truth[m]
+        stream.append((m, feedback(m, final[m])))
+    stream += [(m, feedback(m, final[m])) for m in rng.sample(late, 200)]  # ... duplicates
+    config = start(tmp_path, kafka_bootstrap, topic_prefix, partitions=2, every_seconds=0.3)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
+    daemon.wait_assigned()
+    topic = f"{topic_prefix}-in"
+    produce(kafka_bootstrap, topic, ((m.encode(), v) for m, v in stream))
+    wait_caught_up(tmp_path / "checkpoint.json", end_offsets(kafka_bootstrap, topic), daemon)
+    assert daemon.terminate()[0] == 0
+    assert_same_model(checkpoint_model(tmp_path / "checkpoint.json"), offline_model(final, texts))
+
+
+def test_poison_messages_go_to_the_dead_letter_topic_with_their_reason(
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+):
+    rows = sms(data_dir)[:300]
+    poison = [
+        (b"p-json", b"{not json", "bad_json"),
+        (b"p-body", b'{"id": "p-body", "label": "spam"}', "missing_body"),
+        (b"p-label", value("p-label", "hello", "eggs"), "unknown_label"),
+        (b"p-both", b'{"id": "p-both", "text": "a", "tokens": ["a"]}', "ambiguous_body"),
+        (b"p-b64", b'{"id": "p-b64", "raw_b64": "***"}', "bad_body"),
+        (b"p-fb", feedback("never-seen", "spam"), "unknown_id"),
+        (b"p-vec", b'{"id": "p-vec", "features": [1.0, 2.0]}', "wrong_body"),
+        (None, b"\x00\x01binary", "bad_json"),
+    ]
+    stream = []
+    for i, (msg_id, label, text) in enumerate(rows):
+        stream.append((msg_id.encode(), value(msg_id, text, label if i % 2 else None)))
+        if i % 37 == 0 and poison:
+            key, val, _ = poison.pop(0)
+            stream.append((key, val))
+    assert not poison
+    expected = {
+        b"{not json": "bad_json",
+        b'{"id": "p-body", "label": "spam"}': "missing_body",
+        value("p-label", "hello", "eggs"): "unknown_label",
+        b'{"id": "p-both", "text": "a", "tokens": ["a"]}': "ambiguous_body",
+        b'{"id": "p-b64", "raw_b64": "***"}': "bad_body",
+        feedback("never-seen", "spam"): "unknown_id",
+        b'{"id": "p-vec", "features": [1.0, 2.0]}': "wrong_body",
+        b"\x00\x01binary": "bad_json",
+    }
+    config = start(tmp_path, kafka_bootstrap, topic_prefix)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
+    daemon.wait_assigned()
+    topic = f"{topic_prefix}-in"
+    produce(kafka_bootstrap, topic, stream)
+    wait_caught_up(tmp_path / "checkpoint.json", end_offsets(kafka_bootstrap, topic), daemon)
+    assert daemon.terminate()[0] == 0
+
+    dead = read_all(kafka_bootstrap, f"{topic_prefix}-dlq", until=lambda r: len(r) >= 8)
+    assert {r.value: dict(r.headers)["streamnb.reason"].decode() for r in dead} == expected
+    for record in dead:
+        headers = dict(record.headers)
+        assert headers["streamnb.source.topic"].decode() == topic
+        offset = int(headers["streamnb.source.offset"])
+        assert stream[offset][1] == record.value and stream[offset][0] == record.key
+    # the rest is unaffected: one prediction per unlabelled SMS
+    unlabelled = {m for i, (m, _, _) in enumerate(rows) if i % 2 == 0}
+    out = read_all(kafka_bootstrap, f"{topic_prefix}-out", until=lambda r: len(r) >= 150)
+    assert sorted(r.key.decode() for r in out) == sorted(unlabelled)
+    labelled = {m: label for i, (m, label, _) in enumerate(rows) if i % 2}
+    texts = {m: text for m, _, text in rows}
+    assert_same_model(
+        checkpoint_model(tmp_path / "checkpoint.json"), offline_model(labelled, texts)
+    )
+
+
+def test_sigterm_exits_cleanly_and_a_restart_relearns_nothing(
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+):
+    rows = sms(data_dir)[:1000]
+    texts = {m: t for m, _, t in rows}
+    # every 5th message unlabelled, and the last of each part too: its prediction tells
+    # that the daemon has read the whole part.
+    unlabelled = {m for i, (m, _, _) in enumerate(rows) if i % 5 == 0 or i in (599, 999)}
+    labelled = {m: lab for m, lab, _ in rows if m not in unlabelled}
+    stream = [(m.encode(), value(m, t, None if m in unlabelled else lab)) for m, lab, t in rows]
+    # Checkpoints only on shutdown, so the restart can only resume from the SIGTERM one.
+    config = start(
+        tmp_path, kafka_bootstrap, topic_prefix, every_seconds=3600.0, every_messages=100_000
+    )
+    topic, out = f"{topic_prefix}-in", f"{topic_prefix}-out"
+
+    def predicted(msg_id):
+        def seen(records):
+            return any(r.key == msg_id.encode() for r in records)
+
+        return lambda: seen(read_all(kafka_bootstrap, out, until=seen, timeout=10))
+
+    daemon = DaemonProcess(config, tmp_path / "daemon-1.log")
+    daemon.wait_assigned()
+    produce(kafka_bootstrap, topic, stream[:600])
+    wait_for(predicted(rows[599][0]), 60, "the prediction of the first part's last message")
+    code, seconds = daemon.terminate()
+    assert code == 0 and seconds < 5, (code, seconds)
+    shutdown = [e for e in daemon.events() if e.get("why") == "shutdown"]
+    assert [e["offsets"] for e in shutdown] == [{f"{topic}:0": 600}]
+
+    daemon = DaemonProcess(config, tmp_path / "daemon-2.log")
+    daemon.wait_assigned()
+    assigned = [e for e in daemon.events() if e.get("event") == "assigned"]
+    assert assigned[0]["partitions"] == {f"{topic}:0": "resume at 600"}
+    produce(kafka_bootstrap, topic, stream[600:])
+    wait_for(predicted(rows[999][0]), 60, "the prediction of the second part's last message")
+    code, seconds = daemon.terminate()
+    assert code == 0 and seconds < 5, (code, seconds)
+
+    outputs = read_all(kafka_bootstrap, out, until=lambda r: len(r) >= len(unlabelled))
+    assert sorted(r.key.decode() for r in outputs) == sorted(unlabelled)  # none twice
+    assert_same_model(
+        checkpoint_model(tmp_path / "checkpoint.json"), offline_model(labelled, texts)
+    )
