@@ -23,6 +23,10 @@ that differ only in them hold the same statistics and can be merged):
 - ``length_norm``: divide the weights of the scored terms by their Euclidean norm;
 - ``min_spread``: leave out tokens whose terms differ by less than this between classes
   (like bogofilter's ``min_dev``, so weak evidence does not dilute the normalised score);
+- ``combining = "robinson"``: instead of the NB sum, Robinson's f(w) (prior ``robinson_x`` of
+  strength ``robinson_s``, tokens with |f − ½| ≤ ``min_dev`` left out) joined by Fisher's χ²
+  method (:mod:`streamnb.models.combining`), from the same per-class document counts; the
+  weighting options above do not apply to it;
 - ``temperature``: divide the log joint scores by T before normalising (calibration).
 
 Predict cost is O(tokens in the message × classes); it does not grow with the vocabulary.
@@ -37,17 +41,19 @@ import numpy as np
 
 from streamnb.models._base import check_positive
 from streamnb.models._text import TextModel
+from streamnb.models.combining import log_robinson_indicator, robinson_f
 
 __all__ = ["TEXTBOOK_OPTIONS", "MultinomialNB"]
 
 REPEATED_WORDS = ("count", "mixed", "binary")
 TF_TRANSFORMS = ("raw", "log")
+COMBINING = ("nb", "robinson")
 
 #: The textbook multinomial NB of seed 003 (occurrence counts, Laplace smoothing, every token
 #: scored, no transform, temperature 1): what scikit-learn's MultinomialNB computes.
 TEXTBOOK_OPTIONS = {"alpha": 1.0, "repeated_words": "count", "top_k": None, "temperature": 1.0,
                     "complement": False, "tf": "raw", "idf": False, "length_norm": False,
-                    "min_spread": 0.0}
+                    "min_spread": 0.0, "combining": "nb"}
 
 
 class MultinomialNB(TextModel):
@@ -72,7 +78,8 @@ class MultinomialNB(TextModel):
     kind: ClassVar[str] = "multinomial"
     _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "repeated_words", "top_k", "temperature",
                                            "complement", "tf", "idf", "length_norm",
-                                           "min_spread", "n_buckets")
+                                           "min_spread", "combining", "robinson_s",
+                                           "robinson_x", "min_dev", "n_buckets")
     _COUNTING_OPTIONS: ClassVar[tuple[str, ...]] = ("n_buckets", "counts_occurrences")
 
     # The defaults are the configuration that ranked spam best on the mail and SMS streams
@@ -80,7 +87,9 @@ class MultinomialNB(TextModel):
     def __init__(self, alpha: float = 0.2, *, repeated_words: str = "binary",
                  top_k: int | None = None, temperature: float = 1.0, complement: bool = False,
                  tf: str = "raw", idf: bool = True, length_norm: bool = True,
-                 min_spread: float = 0.5, n_buckets: int | None = None):
+                 min_spread: float = 0.5, combining: str = "nb", robinson_s: float = 0.0178,
+                 robinson_x: float = 0.52, min_dev: float = 0.375,
+                 n_buckets: int | None = None):
         if repeated_words not in REPEATED_WORDS:
             raise ValueError(
                 f"option 'repeated_words' must be one of {REPEATED_WORDS}, got {repeated_words!r}"
@@ -96,6 +105,15 @@ class MultinomialNB(TextModel):
         self.idf = idf
         self.length_norm = length_norm
         self.min_spread = check_positive("min_spread", min_spread, allow_zero=True)
+        if combining not in COMBINING:
+            raise ValueError(f"option 'combining' must be one of {COMBINING}, got {combining!r}")
+        self.combining = combining
+        # bogofilter's defaults for s, x and min_dev.
+        self.robinson_s = check_positive("robinson_s", robinson_s)
+        self.robinson_x = check_positive("robinson_x", robinson_x)
+        self.min_dev = check_positive("min_dev", min_dev, allow_zero=True)
+        if not 0 < self.robinson_x < 1 or self.min_dev >= 0.5:
+            raise ValueError("options need 0 < robinson_x < 1 and min_dev < 0.5")
         super().__init__(alpha, top_k=top_k, temperature=temperature, n_buckets=n_buckets)
 
     @property
@@ -124,6 +142,45 @@ class MultinomialNB(TextModel):
             return np.log(totals.sum() - totals + self.alpha * self._vocab) - np.log(
                 others + self.alpha)
         return np.log(counts + self.alpha) - self._log_denominators(columns)
+
+    def _score_rows(self, columns, positions, values, rows, top_k):
+        if self.combining == "nb":
+            return super()._score_rows(columns, positions, values, rows, top_k)
+        return self._robinson_rows(columns, positions, values, rows)
+
+    def _robinson_rows(self, columns, positions, values, rows):
+        """Scores log I_c (one class against the rest); terms are log f_c(w) of kept tokens."""
+        counts = self._counts[rows][:, columns]
+        n_docs = self._n_docs[columns]
+        if (counts < 0).any() or (n_docs < 0).any():
+            raise ValueError(
+                "this state has negative counts (a partial slice?): only a sum of slices "
+                "can be scored"
+            )
+        holding = counts.sum(axis=1)
+        f = np.empty_like(counts)
+        for j in range(columns.size):
+            f[:, j] = robinson_f(counts[:, j], holding - counts[:, j], float(n_docs[j]),
+                                 float(n_docs.sum() - n_docs[j]), self.robinson_s,
+                                 self.robinson_x)
+        if columns.size == 2:
+            # Two classes: one indicator I for the class whose label sorts last ("spam" of
+            # ham/spam, "1" of 0/1) and 1 - I for the other, whatever order they were learned.
+            pos = int(self._labels[columns[1]] > self._labels[columns[0]])
+            keep = np.abs(f[:, pos] - 0.5) > self.min_dev
+            log_i, log_not_i = log_robinson_indicator(f[keep, pos])
+            scores = np.array([log_not_i, log_i] if pos else [log_i, log_not_i])
+            fk = f[keep, pos]
+            terms = np.column_stack([np.log1p(-fk), np.log(fk)] if pos else
+                                    [np.log(fk), np.log1p(-fk)])
+        else:
+            keep = (np.abs(f - 0.5) > self.min_dev).any(axis=1)
+            scores = np.array([log_robinson_indicator(f[np.abs(f[:, j] - 0.5) > self.min_dev,
+                                                        j])[0] for j in range(columns.size)])
+            terms = np.log(f[keep])
+        base = np.zeros(columns.size)
+        ones = np.ones(int(keep.sum()))
+        return columns, positions[keep], ones, terms, base, scores
 
     def _select_top_k(self, terms: np.ndarray, top_k: int | None) -> np.ndarray | None:
         if not self.min_spread or not terms.shape[0]:
