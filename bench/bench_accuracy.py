@@ -9,9 +9,10 @@ learn it with its gold label) by three filters on the same messages in the same 
   the same tokens, the reference for how calibrated the probabilities are;
 - **bogofilter**: the Debian binary driven by ``bench.peers`` (its defaults, a fresh word list).
 
-It prints (1-ROCA)% and spam recall at 0.1% false positives side by side, then log loss, Brier
-score and a reliability table of P(spam) for each filter (bogofilter's spamicity read as a
-probability).
+It prints (1-ROCA)% and spam recall at 0.1% false positives side by side, then log loss (over
+the messages whose class the filter already knew, from log-probabilities), Brier score and a
+reliability table of P(spam) for each filter (bogofilter's spamicity read as a probability; it
+prints 16 digits, so 0 and 1 are read as 1e-16 and 1 - 1e-16).
 
     python -m bench.bench_accuracy                          # all four streams (~15-25 min)
     python -m bench.bench_accuracy --streams sms --limit 1000
@@ -76,6 +77,11 @@ class Outcome:
     p_spam: np.ndarray
     scores: np.ndarray
     seconds: float
+    #: Messages whose true class the filter already knew (the log loss is over these, as in
+    #: ``streamnb evaluate``: before its first spam a model cannot give spam any probability).
+    known: np.ndarray | None = None
+    #: log P(true class) where the filter gives it in log space (no underflow to 0).
+    log_p_truth: np.ndarray | None = None
 
     def figures(self) -> dict:
         y = np.array([label == SPAM for label in self.labels])
@@ -83,9 +89,14 @@ class Outcome:
         out = scoring.binary_report(y, self.scores, decided)
         out["accuracy"] = float(np.mean(decided == y))
         p = self.p_spam
-        with np.errstate(divide="ignore"):
-            truth = np.where(y, np.log(p), np.log1p(-p))
-        out["log_loss"] = float(-np.mean(np.maximum(truth, math.log(1e-300))))
+        if self.log_p_truth is not None:
+            truth = self.log_p_truth
+        else:  # a probability printed with 16 digits: 0 and 1 mean "within 1e-16 of"
+            q = np.clip(p, 1e-16, 1 - 1e-16)
+            truth = np.where(y, np.log(q), np.log1p(-q))
+        known = np.ones(len(y), dtype=bool) if self.known is None else self.known
+        out["log_loss"] = float(-np.mean(truth[known]))
+        out["log_loss_n"] = int(known.sum())
         out["brier"] = float(np.mean((p - y) ** 2))
         out["reliability"] = reliability_table(y, p)
         out["n"] = len(self.labels)
@@ -97,8 +108,11 @@ def run_model(pipeline: Pipeline, messages, featurized) -> Outcome:
     result = replay(pipeline, messages, featurized=featurized)
     log_p = np.array([lp.get(SPAM, -math.inf) if lp else math.log(0.5)
                       for lp in result.log_proba])
+    pairs = list(zip(result.log_proba, result.labels, strict=True))
+    known = np.array([y in lp for lp, y in pairs])
+    log_p_truth = np.array([lp.get(y, -math.inf) for lp, y in pairs])
     return Outcome(result.labels, result.predicted, np.exp(log_p),
-                   class_scores(result.log_proba, SPAM), result.seconds)
+                   class_scores(result.log_proba, SPAM), result.seconds, known, log_p_truth)
 
 
 def run_bogofilter(messages, cache: Path | None = None) -> Outcome:

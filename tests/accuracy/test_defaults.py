@@ -51,6 +51,7 @@ def test_make_model_gives_the_documented_default():
     assert make_model("multinomial").options() == MultinomialNB().options() == {
         "alpha": 0.2, "repeated_words": "binary", "top_k": None, "temperature": 1.0,
         "complement": False, "tf": "raw", "idf": True, "length_norm": True, "min_spread": 0.5,
+        "combining": "nb", "robinson_s": 0.0178, "robinson_x": 0.52, "min_dev": 0.375,
         "n_buckets": None,
     }
     assert build_pipeline({}, {}).model.options() == MultinomialNB().options()

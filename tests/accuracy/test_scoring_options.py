@@ -192,3 +192,34 @@ def test_min_spread_leaves_weak_tokens_out():
     assert explained["ignored"] == ["cash"]
     assert model.predict_log_proba_one({"cash": 1, "lunch": 1}) == pytest.approx(
         model.predict_log_proba_one({"lunch": 1}))
+
+
+def test_robinson_fisher_combining_matches_the_formulas():
+    from scipy.stats import chi2
+
+    model = MultinomialNB(**{**PLAIN, "repeated_words": "binary", "combining": "robinson",
+                             "robinson_s": 1.0, "robinson_x": 0.5, "min_dev": 0.1})
+    for x, y in TRAIN:
+        model.learn_one(x, y)
+    # Boolean document counts: 2 spam, 3 ham. f(w) = (s x + n p) / (s + n).
+    def f(b, g):
+        p = (b / 2) / (b / 2 + g / 3)
+        return (0.5 + (b + g) * p) / (1 + b + g)
+    kept = [f(2, 1), f(0, 2)]  # cash, lunch; notes f(0, 1) = 0.25 is kept too
+    kept.append(f(0, 1))
+    h = chi2.sf(-2 * sum(map(math.log, kept)), 2 * len(kept))
+    s = chi2.sf(-2 * sum(math.log(1 - v) for v in kept), 2 * len(kept))
+    proba = model.predict_proba_one({"cash": 1, "lunch": 1, "notes": 1})
+    assert proba["spam"] == pytest.approx((1 + h - s) / 2, rel=1e-12)
+    assert proba["ham"] == pytest.approx(1 - (1 + h - s) / 2, rel=1e-12)
+
+
+def test_robinson_ranks_where_floats_would_saturate():
+    model = MultinomialNB(combining="robinson")
+    for i in range(30):
+        model.learn_one({f"s{j}": 1 for j in range(40)}, "spam")
+        model.learn_one({f"h{j}": 1 for j in range(40)}, "ham")
+    some = model.predict_log_proba_one({f"s{j}": 1 for j in range(10)})
+    more = model.predict_log_proba_one({f"s{j}": 1 for j in range(40)})
+    assert math.exp(some["spam"]) == 1.0 == math.exp(more["spam"])  # both round to 1.0
+    assert log_odds(more) > log_odds(some) > 0
