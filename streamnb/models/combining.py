@@ -19,7 +19,7 @@ where Q is the χ² survival function. Both tails are computed in log space, so 
 >>> f = np.array([0.99, 0.95, 0.2])
 >>> log_i, log_not_i = log_robinson_indicator(f)
 >>> round(math.exp(log_i), 4), round(math.exp(log_i) + math.exp(log_not_i), 12)
-(0.9659, 1.0)
+(0.8746, 1.0)
 """
 
 from __future__ import annotations

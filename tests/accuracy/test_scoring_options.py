@@ -216,7 +216,7 @@ def test_robinson_fisher_combining_matches_the_formulas():
 
 def test_robinson_ranks_where_floats_would_saturate():
     model = MultinomialNB(combining="robinson")
-    for i in range(30):
+    for _ in range(30):
         model.learn_one({f"s{j}": 1 for j in range(40)}, "spam")
         model.learn_one({f"h{j}": 1 for j in range(40)}, "ham")
     some = model.predict_log_proba_one({f"s{j}": 1 for j in range(10)})
