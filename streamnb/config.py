@@ -60,6 +60,7 @@ class KafkaSettings:
     start_offset: str = "earliest"
     max_poll_records: int = 500
     poll_timeout_ms: int = 200
+    stall_seconds: float = 60.0
     session_timeout_ms: int = 10000
     producer_linger_ms: int = 5
     producer_acks: str = "all"
@@ -212,6 +213,7 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
             "start_offset": _one_of("earliest", "latest"),
             "max_poll_records": _positive_int,
             "poll_timeout_ms": _positive_int,
+            "stall_seconds": _positive_float,
             "session_timeout_ms": _positive_int,
             "producer_linger_ms": _positive_int,
             "producer_acks": _acks,

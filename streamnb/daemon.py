@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -43,6 +44,8 @@ log = logging.getLogger("streamnb.daemon")
 TP = tuple[str, int]
 # Dead letters of one reason logged individually before the log only counts them.
 DEAD_LETTER_LOG_FIRST = 10
+# Lag of every assigned partition is refreshed this often (a scrape interval is seconds).
+LAG_REPORT_SECONDS = 1.0
 
 
 def slice_key(tp: TP) -> str:
@@ -115,6 +118,9 @@ class Daemon:
         # Set when an unexpected error may have left a record half applied: from then on no
         # checkpoint is written, so a restart replays from the last consistent one.
         self.failed = False
+        # When the group last took partitions away (or the daemon started) without giving the
+        # new assignment yet; None once an assignment (possibly empty) has arrived.
+        self.rebalancing_since: float | None = time.monotonic()
 
         self._load_checkpoint()
         self.io = io_factory(self.on_assigned, self.on_revoked)
@@ -152,6 +158,7 @@ class Daemon:
     def on_assigned(self, tps: list[TP]) -> None:
         """Load each newly assigned partition's slice and seek to exactly its saved offset."""
         with self.lock:
+            self.rebalancing_since = None
             decisions = {}
             for tp in tps:
                 key = slice_key(tp)
@@ -166,6 +173,7 @@ class Daemon:
                     # committed in Kafka are never used to resume, because without the slice
                     # they cover, resuming there would silently drop what it had learned.
                     self.slices[key] = self.new_model()
+                    self.parked.pop(key, None)
                     self.offsets.pop(key, None)
                     if self.settings.kafka.start_offset == "earliest":
                         self.io.seek_to_beginning(tp)
@@ -182,6 +190,7 @@ class Daemon:
     def on_revoked(self, tps: list[TP], lost: bool = False) -> None:
         """Checkpoint before giving partitions up, then take their slices out of the model."""
         with self.lock:
+            self.rebalancing_since = time.monotonic()
             if self.pending and not self.failed:
                 # kafka-python runs this on its IO thread, where a blocking commit is not
                 # allowed; the asynchronous one is enough for lag dashboards.
@@ -222,9 +231,17 @@ class Daemon:
                 self.offsets[key] = record.offset + 1
             self.pending += len(records)
             self._flush_tally()
-            for tp in {(r.topic, r.partition) for r in records}:
+
+    def report_lag(self) -> None:
+        """Set the lag of every assigned partition whose high watermark is known.
+
+        Every assigned partition, not only those that just returned records: after a
+        rebalance a caught-up partition returns nothing, and its lag series must still exist.
+        """
+        with self.lock:
+            for key in self.slices:
+                tp = _tp(key)
                 high = self.io.highwater(tp)
-                key = slice_key(tp)
                 if high is not None and key in self.offsets:
                     self.metrics.set_lag(tp[0], tp[1], max(0, high - self.offsets[key]))
 
@@ -276,7 +293,8 @@ class Daemon:
         except Exception as error:  # noqa: BLE001 - e.g. a vector of the wrong length
             self._dead_letter(record, "model_rejected", str(error))
             return
-        predicted = max(proba, key=proba.__getitem__) if proba else None
+        # Ties go to the first class in sorted order, as the models' own predict_one does.
+        predicted = max(sorted(proba), key=proba.__getitem__) if proba else None
         label = message.label
         entry = self.store.get(message.id)
         if label is None:
@@ -484,19 +502,46 @@ class Daemon:
         )
 
     # ------------------------------------------------------------------ main loop
+    def _rebalance_stalled(self) -> bool:
+        """True (and logged) when a rebalance has not completed within ``stall_seconds``.
+
+        kafka-python 3 can, under heavy load, fail to finish rejoining the group; a daemon
+        without partitions learns nothing, so it exits (code 3) for its supervisor to restart
+        it. Partitions given up were checkpointed on revocation, so nothing is lost.
+        """
+        since = self.rebalancing_since
+        limit = self.settings.kafka.stall_seconds
+        if since is None or time.monotonic() - since <= limit:
+            return False
+        log.error(
+            "no partition assignment for %.0f s after a rebalance started: exiting (code 3) so "
+            "a restart rejoins the group",
+            time.monotonic() - since,
+            extra={"event": "stalled"},
+        )
+        return True
+
     def request_stop(self, *_: Any) -> None:
         self.stopping = True
 
     def run(self) -> int:
         """Poll, process, checkpoint when due, until :meth:`request_stop`; then shut down."""
         timeout = self.settings.kafka.poll_timeout_ms
+        watchdog = PollWatchdog(self.settings.kafka.stall_seconds)
+        lag_reported = 0.0
         try:
             while not self.stopping:
-                records = self.io.poll(timeout)
+                with watchdog:
+                    records = self.io.poll(timeout)
                 if records:
                     self.process(records)
+                if time.monotonic() - lag_reported >= LAG_REPORT_SECONDS:
+                    self.report_lag()
+                    lag_reported = time.monotonic()
                 if self.checkpoint_due():
                     self.checkpoint("interval")
+                if self._rebalance_stalled():
+                    return 3
             # Finish: the batch in hand is applied; save it, commit, close.
             if self.pending or self.checkpoints_written == 0:
                 self.checkpoint("shutdown")
@@ -509,6 +554,48 @@ class Daemon:
             self.io.close()
         log.info("stopped", extra={"event": "stopped"})
         return 0
+
+
+class PollWatchdog:
+    """Ends the process if one Kafka poll blocks for longer than ``limit`` seconds.
+
+    kafka-python 3 can, rarely, leave a ``poll()`` waiting forever for its IO thread (seen
+    under heavy load). A stuck daemon learns nothing and ignores SIGTERM, so the watchdog logs
+    the stall and exits with code 3 instead: nothing half-done is saved (the loop is between
+    batches), and the supervisor's restart resumes from the last checkpoint.
+
+    >>> with PollWatchdog(60.0) as watchdog:
+    ...     pass
+    >>> watchdog.since is None
+    True
+    """
+
+    def __init__(self, limit: float):
+        self.limit = limit
+        self.since: float | None = None
+        self._thread = threading.Thread(target=self._watch, name="poll-watchdog", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> PollWatchdog:
+        self.since = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.since = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.limit / 4))
+            since = self.since
+            if since is not None and time.monotonic() - since > self.limit:
+                log.error(
+                    "a Kafka poll has been blocked for %.0f s: exiting (code 3) so a restart "
+                    "resumes from the last checkpoint",
+                    time.monotonic() - since,
+                    extra={"event": "stalled"},
+                )
+                logging.shutdown()
+                os._exit(3)
 
 
 # ---------------------------------------------------------------------- entry point

@@ -120,12 +120,17 @@ class FeedbackStore:
 
     # -------------------------------------------------------------- persistence
     def to_state(self) -> dict[str, Any]:
-        """JSON-compatible state, oldest entry first (so eviction order survives a restart)."""
+        """State for :func:`orjson.dumps`, oldest entry first (eviction order survives a restart).
+
+        Each stored input is embedded as the JSON it already is (an ``orjson.Fragment``), not
+        copied into a string: no second copy of the store in memory while checkpointing, and
+        no escaping in the file.
+        """
         return {
             "version": 1,
             "evicted": self.evicted,
             "entries": [
-                [msg_id, e.slice, e.label, e.x_json.decode("utf-8")]
+                [msg_id, e.slice, e.label, orjson.Fragment(e.x_json)]
                 for msg_id, e in self._entries.items()
             ],
         }
@@ -134,10 +139,11 @@ class FeedbackStore:
     def from_state(
         cls, state: dict[str, Any], max_ids: int = 100_000, max_bytes: int = 64 * 1024 * 1024
     ) -> FeedbackStore:
+        """The store saved by :meth:`to_state`, as read back from the JSON file."""
         if state.get("version") != 1:
             raise ValueError(f"feedback store state version {state.get('version')!r} unknown")
         store = cls(max_ids=max_ids, max_bytes=max_bytes)
-        for msg_id, slice_key, label, x_text in state["entries"]:
-            store.remember(msg_id, slice_key, x_text.encode("utf-8"), label)
+        for msg_id, slice_key, label, x in state["entries"]:
+            store.remember(msg_id, slice_key, cls.encode_x(x), label)
         store.evicted += state.get("evicted", 0)
         return store

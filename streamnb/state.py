@@ -54,6 +54,8 @@ def write_checkpoint(path: str | os.PathLike, body: dict[str, Any]) -> int:
     header = orjson.dumps(
         {"format": FORMAT, "version": VERSION, "length": len(data), "crc32": zlib.crc32(data)}
     )
+    # Step 4 of the daemon's checkpoint protocol: a temporary file in the same directory,
+    # flushed and fsynced, so the rename below never exposes a partly written file.
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as out:
         out.write(header)
@@ -62,6 +64,8 @@ def write_checkpoint(path: str | os.PathLike, body: dict[str, Any]) -> int:
         out.write(b"\n")
         out.flush()
         os.fsync(out.fileno())
+    # Step 5: the atomic rename is the commit point; fsync the directory so it survives a
+    # power cut.
     os.replace(tmp, path)
     _fsync_dir(path.parent)
     return len(header) + len(data) + 2

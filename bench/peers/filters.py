@@ -238,6 +238,10 @@ class BogofilterFilter:
         return out
 
 
+# Filters whose cost per message grows with the vocabulary: only these are cut off by the time
+# budget; every other filter runs the whole stream.
+BUDGETED = ("river-bernoulli",)
+
 PEERS = (
     "streamnb",
     "river-multinomial",

@@ -287,3 +287,42 @@ def test_checkpoint_of_another_model_kind_is_refused(tmp_path):
     other = replace(config, model=ModelSettings(kind="gda"))
     with pytest.raises(CheckpointError, match="holds a 'count' model"):
         make_daemon(other, kafka)
+
+
+def test_a_rebalance_that_never_completes_ends_the_loop_with_code_3(tmp_path):
+    from dataclasses import replace
+
+    from streamnb.config import KafkaSettings
+
+    kafka, _, _ = _stream(5, n=20)
+    base = settings_for(tmp_path)
+    config = replace(
+        base, kafka=replace(base.kafka, stall_seconds=0.2, poll_timeout_ms=10)
+    )
+    assert isinstance(config.kafka, KafkaSettings)
+    daemon = make_daemon(config, kafka)
+    drain(daemon)
+    # The group takes the partitions away and never gives an assignment back.
+    daemon.io.on_revoked(list(daemon.io.assigned), False)
+    daemon.io.assigned = []
+    assert daemon.run() == 3
+    assert daemon.io.closed
+    # what was read before the revocation was checkpointed on revocation
+    assert read_checkpoint(config.checkpoint.path)["slices"]["in:0"]["next_offset"] > 0
+
+
+def test_lag_is_reported_for_every_assigned_partition_even_without_new_records(tmp_path):
+    # After a rebalance a caught-up partition returns no records; the lag dashboard still
+    # needs its series, so lag is reported for the assignment, not for the batch.
+    kafka, _, _ = _stream(3, n=40, partitions=2)
+    metrics = RecordingMetrics()
+    daemon = make_daemon(settings_for(tmp_path), kafka, metrics=metrics)
+    drain(daemon)
+    daemon.io.rebalance([("in", 0), ("in", 1)])
+    assert daemon.io.poll(0) == []
+    metrics.calls.clear()
+    daemon.report_lag()
+    assert sorted(metrics.names("set_lag")) == [("in", 0, 0), ("in", 1, 0)]
+    kafka.append("in", message("late", "win cash", "spam"), partition=1)
+    daemon.report_lag()
+    assert ("in", 1, 1) in metrics.names("set_lag")

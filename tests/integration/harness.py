@@ -11,6 +11,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +61,7 @@ group_id = "{prefix}-group"
 group_instance_id = "{prefix}-member"
 session_timeout_ms = 6000
 poll_timeout_ms = 100
+stall_seconds = 20.0
 
 [model]
 kind = "{kind}"
@@ -91,19 +93,39 @@ class DaemonProcess:
     #: Every daemon started, so a failed test's fixture can still stop them.
     started: list[DaemonProcess] = []
 
-    def __init__(self, config: Path, log: Path):
+    #: Exit code of a daemon that found its Kafka client stalled (see PollWatchdog).
+    STALLED = 3
+
+    def __init__(self, config: Path, log: Path, max_restarts: int = 2):
         DaemonProcess.started.append(self)
         self.config = config
         self.log_path = log
-        self._log = open(log, "ab")  # noqa: SIM115 - closed in wait()
+        self._log = open(log, "ab")  # noqa: SIM115 - closed in terminate()/kill()
+        self.restarts = 0
+        self.max_restarts = max_restarts
+        self._stopping = False
+        self.proc = self._launch()
+        # Like the supervisor a deployment runs it under: restart after a stall (exit 3).
+        self._supervisor = threading.Thread(target=self._supervise, daemon=True)
+        self._supervisor.start()
+
+    def _launch(self) -> subprocess.Popen:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamnb", "run", "--config", str(config)],
+        return subprocess.Popen(
+            [sys.executable, "-m", "streamnb", "run", "--config", str(self.config)],
             cwd=REPO,
             stdout=self._log,
             stderr=self._log,
             env=env,
         )
+
+    def _supervise(self) -> None:
+        while True:
+            code = self.proc.wait()
+            if self._stopping or code != self.STALLED or self.restarts >= self.max_restarts:
+                return
+            self.restarts += 1
+            self.proc = self._launch()
 
     def events(self) -> list[dict]:
         out = []
@@ -125,7 +147,9 @@ class DaemonProcess:
         wait_for(assigned, timeout, "the daemon to get its partitions")
 
     def _check_alive(self) -> None:
-        if self.proc.poll() is not None:
+        if self.proc.poll() is not None and not (
+            self.proc.returncode == self.STALLED and self.restarts < self.max_restarts
+        ):
             raise AssertionError(
                 f"daemon exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}"
             )
@@ -133,12 +157,14 @@ class DaemonProcess:
     def terminate(self, timeout: float = 10.0) -> tuple[int, float]:
         """SIGTERM; returns (exit code, seconds it took to exit)."""
         started = time.monotonic()
+        self._stopping = True
         self.proc.send_signal(signal.SIGTERM)
         code = self.proc.wait(timeout=timeout)
         self._log.close()
         return code, time.monotonic() - started
 
     def kill(self) -> None:
+        self._stopping = True
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=10)
         self._log.close()

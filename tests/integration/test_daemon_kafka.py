@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections import Counter
 
@@ -16,6 +15,7 @@ from streamnb.pipeline import build_pipeline
 from tests.integration.harness import (
     DaemonProcess,
     checkpoint_model,
+    checkpoint_offsets,
     feedback,
     sms,
     value,
@@ -117,31 +117,35 @@ def test_kill_9_at_three_random_moments_loses_and_doubles_nothing(
             final[old] = new
     config = start(
         tmp_path, kafka_bootstrap, topic_prefix, partitions=3, every_messages=150,
-        every_seconds=0.3,
+        every_seconds=0.3, extra="",
     )
+    config.write_text(config.read_text().replace(
+        "poll_timeout_ms = 100", "poll_timeout_ms = 100\nmax_poll_records = 100"))
     topic = f"{topic_prefix}-in"
-    # The producer paces the stream over a few seconds, so the kills land mid-consumption.
-    producer = threading.Thread(
-        target=produce,
-        args=(kafka_bootstrap, topic, ((k.encode(), v) for k, v in stream)),
-        kwargs={"rate": 1200},
-    )
-    producer.start()
+    produce(kafka_bootstrap, topic, ((k.encode(), v) for k, v in stream))
+    checkpoint = tmp_path / "checkpoint.json"
+
+    def progress():
+        return sum(checkpoint_offsets(checkpoint).values())
+
+    # Kill once the daemon has saved past a random point of the stream, then after a random
+    # extra moment, so the kill lands anywhere between (or inside) checkpoints.
     kill_rng = random.Random()
-    moments = []
-    for round_ in range(3):
+    targets = sorted(kill_rng.uniform(0.05, 0.85) * len(stream) for _ in range(3))
+    at_kill = []
+    for round_, target in enumerate(targets):
         daemon = DaemonProcess(config, tmp_path / f"daemon-{round_}.log")
         daemon.wait_assigned()
-        moment = kill_rng.uniform(0.2, 1.5)
-        moments.append(round(moment, 2))
-        time.sleep(moment)  # a random moment, not a condition to wait for
+        wait_for(lambda t=target: progress() >= t, 120, f"the checkpoint to pass {target:.0f}")
+        time.sleep(kill_rng.uniform(0, 0.5))  # a random moment, not a condition to wait for
         daemon.kill()
-    producer.join()
+        at_kill.append(progress())
+    assert at_kill[-1] < len(stream), "the daemon finished before the last kill"
     daemon = DaemonProcess(config, tmp_path / "daemon-final.log")
-    wait_caught_up(tmp_path / "checkpoint.json", end_offsets(kafka_bootstrap, topic), daemon)
+    wait_caught_up(checkpoint, end_offsets(kafka_bootstrap, topic), daemon, timeout=120)
     code, _ = daemon.terminate()
     assert code == 0
-    assert_same_model(checkpoint_model(tmp_path / "checkpoint.json"), offline_model(final, texts))
+    assert_same_model(checkpoint_model(checkpoint), offline_model(final, texts))
 
 
 def test_late_labels_corrections_and_duplicates_equal_offline_on_final_labels(
