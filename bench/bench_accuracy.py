@@ -17,7 +17,7 @@ prints 16 digits, so 0 and 1 are read as 1e-16 and 1 - 1e-16).
     python -m bench.bench_accuracy                          # all four streams (~15-25 min)
     python -m bench.bench_accuracy --streams sms --limit 1000
     python -m bench.bench_accuracy --no-bogofilter          # streamnb and plain NB only
-    python -m bench.bench_accuracy --bogofilter-cache .bogofilter   # replay bogofilter once
+    python -m bench.bench_accuracy --bogofilter-cache /tmp/bogofilter-scores   # bogofilter once
 
 bogofilter takes two processes per message (10-15 minutes a stream on a busy machine). Its
 figures do not depend on streamnb's options, so ``--bogofilter-cache DIR`` keeps each stream's
