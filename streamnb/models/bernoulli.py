@@ -45,8 +45,8 @@ class BernoulliNB(TextModel):
     kind: ClassVar[str] = "bernoulli"
 
     def __init__(self, alpha: float = 1.0, *, top_k: int | None = None,
-                 n_buckets: int | None = None):
-        super().__init__(alpha, top_k=top_k, n_buckets=n_buckets)
+                 temperature: float = 1.0, n_buckets: int | None = None):
+        super().__init__(alpha, top_k=top_k, temperature=temperature, n_buckets=n_buckets)
         self._hist: list[np.ndarray] = []  # per class: m_k for k >= 1 at index k
         self._hist_negative: list[dict[int, int]] = []  # m_k for k < 0 (slices only)
         self._hist_nonzero = np.zeros(0, dtype=np.int64)  # per class: Σ_{k≠0} m_k
