@@ -245,7 +245,12 @@ def _segmenter(name: str, hmm: bool) -> Callable[[str], list[str]]:
     if name == "jieba":
         import logging
 
-        import jieba
+        try:
+            import jieba
+        except ImportError:
+            raise ValueError(
+                "cjk_segmenter = 'jieba' needs the jieba package: pip install 'streamnb[jieba]'"
+            ) from None
 
         jieba.setLogLevel(logging.WARNING)
         return lambda text: jieba.lcut(text, HMM=hmm)
