@@ -3,8 +3,10 @@
 Rules (each an option of :class:`~streamnb.features.options.FeaturizerOptions`):
 
 * a word is a run of Unicode letters, digits, marks and ``_`` that starts with a letter or
-  digit (so ``____`` rules are not words); punctuation and spaces split words;
-* runs of Han characters go to a Chinese segmenter (rjieba by default) instead;
+  digit (so ``____`` rules are not words); punctuation and spaces split words, except the
+  ``word_joiners`` (``'$-``) inside a word: ``don't``, ``click-here`` and ``us$5`` stay whole;
+* runs of Han characters go to a Chinese segmenter (rjieba by default) instead
+  (``cjk_runs`` also keeps the whole run, ``cjk_bigrams`` each pair of adjacent characters);
 * text is lower-cased first (``lowercase``);
 * words shorter than ``min_token_len`` or longer than ``max_token_len`` are dropped whole
   (segmented Chinese words use ``min_cjk_token_len``);
@@ -16,10 +18,10 @@ Rules (each an option of :class:`~streamnb.features.options.FeaturizerOptions`):
 
 >>> tok = Tokenizer(FeaturizerOptions(bigrams=True))
 >>> sorted(tok.count("Get $100 NOW, at http://www.Cheap-Pills.com/buy!").items())
-[('$100', 1), ('100', 1), ('100 now', 1), ('at', 1), ('at http', 1), ('buy', 1), ('cheap', 1),
- ('cheap pills', 1), ('com', 1), ('com buy', 1), ('get', 1), ('get 100', 1), ('http', 1),
- ('http www', 1), ('now', 1), ('now at', 1), ('pills', 1), ('pills com', 1),
- ('url:cheap-pills.com', 1), ('url:www.cheap-pills.com', 1), ('www', 1), ('www cheap', 1)]
+[('$100', 1), ('100', 1), ('100 now', 1), ('at', 1), ('at http', 1), ('buy', 1),
+ ('cheap-pills', 1), ('cheap-pills com', 1), ('com', 1), ('com buy', 1), ('get', 1),
+ ('get 100', 1), ('http', 1), ('http www', 1), ('now', 1), ('now at', 1),
+ ('url:cheap-pills.com', 1), ('url:www.cheap-pills.com', 1), ('www', 1), ('www cheap-pills', 1)]
 >>> tok.words("我司可办理正规发票（保真）17%增值税发票点数优惠！")
 ['我司', '可', '办理', '正规', '发票', '保真', '17', '增值税', '发票', '点数', '优惠']
 """
@@ -96,6 +98,10 @@ class Tokenizer:
         # Length bounds live in the regex, so no Python loop looks at each word: a run longer
         # than ``hi`` has no word boundary after ``hi`` characters and is skipped whole.
         word = rf"\b[^\W_]\w{{{lo - 1},{hi - 1}}}\b"
+        self._joined = bool(options.word_joiners)
+        if self._joined:  # joiners only inside: "click-here-" is "click-here"
+            inner = re.escape(options.word_joiners)
+            word = rf"[^\W_](?:[\w{inner}]*[^\W_])?"
         self._word_re = re.compile(word)
         self._ascii_word_re = re.compile(word, re.ASCII)  # same words, faster on ASCII text
         stop: set[str] = set(options.stop_words)
@@ -113,22 +119,35 @@ class Tokenizer:
 
         Stop words, money and number rules are applied by :meth:`count`, not here.
         """
-        if self.options.lowercase:
+        options = self.options
+        if options.lowercase:
             text = text.lower()
         if text.isascii():
-            return self._ascii_word_re.findall(text)
+            return self._bounded(self._ascii_word_re.findall(text))
         if not _HAN_CHAR_RE.search(text):
-            return self._word_re.findall(text)
+            return self._bounded(self._word_re.findall(text))
         words: list[str] = []
         find = self._word_re.findall
         segment = self._segment
-        lo, hi = self.options.min_cjk_token_len, self.options.max_token_len
+        lo, hi = options.min_cjk_token_len, options.max_token_len
         for i, chunk in enumerate(_HAN_RUN_RE.split(text)):
             if i % 2:
-                words += [w for w in segment(chunk) if lo <= len(w) <= hi]
+                pieces = segment(chunk)
+                words += [w for w in pieces if lo <= len(w) <= hi]
+                if options.cjk_runs and len(pieces) > 1:
+                    words.append(chunk[:hi])
+                if options.cjk_bigrams:
+                    words += map("".join, zip(chunk, chunk[1:], strict=False))
             elif chunk:
-                words += find(chunk)
+                words += self._bounded(find(chunk))
         return words
+
+    def _bounded(self, words: list[str]) -> list[str]:
+        """Words within the length bounds (the plain word regex has them built in)."""
+        if not self._joined:
+            return words
+        lo, hi = self.options.min_token_len, self.options.max_token_len
+        return [w for w in words if lo <= len(w) <= hi]
 
     def count(
         self,
