@@ -4,7 +4,8 @@ Rules (each an option of :class:`~streamnb.features.options.FeaturizerOptions`):
 
 * a word is a run of Unicode letters, digits, marks and ``_`` that starts with a letter or
   digit (so ``____`` rules are not words); punctuation and spaces split words, except the
-  ``word_joiners`` (``'$-``) inside a word: ``don't``, ``click-here`` and ``us$5`` stay whole;
+  ``word_joiners`` (``-``) inside a word and before a letter: ``click-here`` stays whole,
+  ``555-1234`` does not (``join_digits`` joins it too);
 * runs of Han characters go to a Chinese segmenter (rjieba by default) instead
   (``cjk_runs`` also keeps the whole run, ``cjk_bigrams`` each pair of adjacent characters);
 * text is lower-cased first (``lowercase``);
@@ -101,7 +102,8 @@ class Tokenizer:
         self._joined = bool(options.word_joiners)
         if self._joined:  # joiners only inside: "click-here-" is "click-here"
             inner = re.escape(options.word_joiners)
-            word = rf"[^\W_](?:[\w{inner}]*[^\W_])?"
+            word = (rf"[^\W_](?:[\w{inner}]*[^\W_])?" if options.join_digits
+                    else rf"[^\W_]\w*(?:[{inner}]+[^\W\d_]\w*)*")
         self._word_re = re.compile(word)
         self._ascii_word_re = re.compile(word, re.ASCII)  # same words, faster on ASCII text
         stop: set[str] = set(options.stop_words)

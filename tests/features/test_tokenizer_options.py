@@ -12,14 +12,26 @@ def words(text: str, **options) -> list[str]:
     return Tokenizer(FeaturizerOptions(**options)).words(text)
 
 
-def test_default_joiners_keep_contractions_hyphens_and_currency_inside_words():
-    assert words("Don't click-here for US$500 -- now!") == [
+def test_default_joins_hyphenated_words_but_not_numbers_or_contractions():
+    assert words("Don't click-here: call 555-1234 or e-mail") == [
+        "don", "click-here", "call", "555", "1234", "or", "e-mail"
+    ]
+
+
+def test_joiners_keep_contractions_and_currency_inside_words():
+    assert words("Don't click-here for US$500 -- now!", word_joiners="'$-", join_digits=True) == [
         "don't", "click-here", "for", "us$500", "now"
     ]
 
 
+def test_without_join_digits_a_joiner_before_a_digit_splits():
+    assert words("US$500 it's x-1 a-b", word_joiners="'$-") == ["us", "500", "it's", "a-b"]
+
+
 def test_joiners_never_start_or_end_a_word():
-    assert words("'quoted' -dash- $5 end-") == ["quoted", "dash", "end"]
+    assert words("'quoted' -dash- $5 end-", word_joiners="'$-", join_digits=True) == [
+        "quoted", "dash", "end"
+    ]
 
 
 def test_empty_joiners_split_at_punctuation_as_before():
@@ -43,11 +55,11 @@ def test_joiners_must_be_punctuation():
         FeaturizerOptions(word_joiners=" ")
 
 
-@given(st.text(alphabet="ab'-$ .,", max_size=40))
-def test_every_joined_word_is_letters_and_joiners_with_letters_at_both_ends(text):
-    for word in words(text):
+@given(st.text(alphabet="ab1'-$ .,", max_size=40), st.booleans())
+def test_every_joined_word_is_letters_and_joiners_with_letters_at_both_ends(text, digits):
+    for word in words(text, word_joiners="'$-", join_digits=digits):
         assert word[0].isalnum() and word[-1].isalnum()
-        assert set(word) <= set("ab'-$")
+        assert set(word) <= set("ab1'-$")
         assert 2 <= len(word) <= 40
 
 
