@@ -62,8 +62,8 @@ class FeaturizerOptions:
 
     # --- tokens ---------------------------------------------------------------------------
     lowercase: bool = True
-    min_token_len: int = 2  # shorter tokens are dropped (letters, digits and symbols alike)
-    max_token_len: int = 40  # longer ones too: base64 debris, hashes, runs of one character
+    min_token_len: int = 2  # shorter words are dropped
+    max_token_len: int = 40  # longer ones too, whole: base64 debris, hashes, one letter repeated
     min_cjk_token_len: int = 1  # a segmented Chinese word of one character is a real word
     word_joiners: str = "-"  # kept inside a word (click-here; "'$-": don't, us$5); "" splits
     join_digits: bool = False  # a joiner may also be followed by a digit (us$5, 555-1234)
@@ -74,7 +74,7 @@ class FeaturizerOptions:
     header_tokens: bool = True  # tokens of ``header_fields`` ("*": all), prefixed by the field
     header_fields: tuple[str, ...] = DEFAULT_HEADER_FIELDS
     address_words: bool = False  # addresses in headers also give their words (from:john)
-    mime_tokens: bool = True  # "mime:text/html", "charset:gb2312", "attach:pdf", ...
+    mime_tokens: bool = True  # "mime:text/html", "charset:gb2312", "attach:.pdf", ...
     stop_lists: tuple[str, ...] = ()  # built-in stop-word lists to drop: "english", "chinese"
     stop_words: tuple[str, ...] = ()  # further words to drop
     bigrams: bool = False  # also count adjacent body-word pairs, as "first second"
@@ -82,6 +82,7 @@ class FeaturizerOptions:
     cjk_hmm: bool = True  # let the segmenter guess words missing from its dictionary
     html: str = "selectolax"  # visible text of HTML parts: "selectolax" | "strip" (a regex)
     default_charset: str = "cp1252"  # for 8-bit text with no usable charset declaration
+    hash_buckets: int = 0  # > 0: tokens become "#<bucket>" of a stable hash (bounded vocabulary)
     # --- numeric meta-features ------------------------------------------------------------
     meta_features: bool = False  # fill Features.numeric (see META_FEATURE_NAMES)
     # --- limits ---------------------------------------------------------------------------
@@ -118,6 +119,8 @@ class FeaturizerOptions:
                 isinstance(value, bool) or not isinstance(value, int | float) or value < 0
             ):
                 raise ValueError(f"{f.name} must be a non-negative number, got {value!r}")
+        if isinstance(self.hash_buckets, bool) or self.hash_buckets < 0:
+            raise ValueError(f"hash_buckets must be 0 (off) or positive, got {self.hash_buckets!r}")
         if self.min_token_len > self.max_token_len:
             raise ValueError("min_token_len must not exceed max_token_len")
         import codecs

@@ -22,12 +22,26 @@ STATE_VERSION = 1
 class ModelInputError(TypeError, ValueError):
     """An input a model cannot use (wrong type, negative or non-finite count, wrong length).
 
-    It is both a ``TypeError`` and a ``ValueError`` so callers may catch either.
+    It is both a ``TypeError`` and a ``ValueError`` so callers may catch either; the model is
+    left unchanged.
+
+    >>> from streamnb.models import MultinomialNB
+    >>> MultinomialNB().learn_one({"cheap": -1}, "spam")
+    Traceback (most recent call last):
+    ...
+    streamnb.models._base.ModelInputError: token counts must be finite numbers >= 0
     """
 
 
 class StateError(ValueError):
-    """A saved state that cannot be loaded: wrong model, unknown version, or corrupt data."""
+    """A saved state that cannot be loaded: wrong model, unknown version, or corrupt data.
+
+    >>> from streamnb.models import model_from_state
+    >>> model_from_state({"model": "gda", "version": 7, "options": {}})
+    Traceback (most recent call last):
+    ...
+    streamnb.models._base.StateError: unsupported gda state version 7: this streamnb reads version 1
+    """
 
 
 def check_label(y: Any) -> str:
@@ -113,7 +127,16 @@ def check_header(state: Any, kind: str) -> Mapping[str, Any]:
 
 
 class Model:
-    """The protocol every streamnb model follows (see the module docstring)."""
+    """The protocol every streamnb model follows (see the module docstring).
+
+    >>> from streamnb.models import make_model
+    >>> a, b = make_model("bernoulli"), make_model("bernoulli")
+    >>> a.learn_one({"hello": 1}, "ham")
+    >>> b.learn_one({"prize": 1}, "spam")
+    >>> both = a + b
+    >>> both.classes, both.n_updates, (both - b).to_state() == a.to_state()
+    (['ham', 'spam'], 2, True)
+    """
 
     kind: ClassVar[str]
     numeric_input: ClassVar[bool]

@@ -70,8 +70,10 @@ class TextModel(Model):
         self._totals = np.zeros(0)  # sum of counts per class column
         self._vocab = 0
         self._n_negative = 0  # count cells below zero (possible in a slice after unlearning)
+        self._negative_docs = 0  # classes with a negative message count (same)
         self._active: np.ndarray | None = None  # cached columns of classes with messages
         self._log_prior_cache: np.ndarray | None = None
+        self._lookup_cache: tuple[list, np.ndarray, int] | None = None
 
     # -- options and introspection ------------------------------------------------------------
     def options(self) -> dict[str, Any]:
@@ -116,13 +118,11 @@ class TextModel(Model):
         if n == 0:
             return [], _EMPTY_F
         try:
-            values = np.array(list(x.values()), dtype=np.float64)
+            values = np.fromiter(x.values(), dtype=np.float64, count=n)
         except (TypeError, ValueError):
             raise ModelInputError("token counts must be numbers") from None
-        if values.ndim != 1:
-            raise ModelInputError("token counts must be numbers")
         keys = list(x)
-        if not (values > 0).all() or not math.isfinite(values.sum()):
+        if not (values.min() > 0 and values.max() < math.inf):
             if not np.isfinite(values).all() or (values < 0).any():
                 raise ModelInputError("token counts must be finite numbers >= 0")
             keep = values != 0  # a zero count is an absent token
@@ -143,25 +143,45 @@ class TextModel(Model):
         return keys, values
 
     def _lookup(self, keys: list) -> np.ndarray:
-        return np.array(list(map(self._index.get, keys, repeat(-1))), dtype=np.intp)
+        """Row of each key (-1 if not indexed).
+
+        The daemon predicts a message and then learns it: the second call finds the same
+        key list and reuses the rows (rows never move; keys indexed since are looked up
+        again), which halves the dictionary lookups, the dominant cost of a step.
+        """
+        cached = self._lookup_cache
+        if cached is not None and len(cached[0]) == len(keys) and cached[0] == keys:
+            rows = cached[1]
+            if cached[2] != len(self._keys):
+                missing = np.flatnonzero(rows < 0)
+                if missing.size:
+                    get = self._index.get
+                    rows = rows.copy()
+                    rows[missing] = [get(keys[i], -1) for i in missing.tolist()]
+        else:
+            rows = np.array(list(map(self._index.get, keys, repeat(-1))), dtype=np.intp)
+        # Callers never write into ``rows`` (it is shared with this cache).
+        self._lookup_cache = (keys, rows, len(self._keys))
+        return rows
 
     def _rows_in_vocabulary(self, keys: list, values: np.ndarray):
-        """Rows, counts and positions in ``keys`` of the message's tokens that are in V."""
+        """Rows and counts of the message's tokens that are in V, and which of ``keys`` they
+        are (a boolean mask, or None for all)."""
         if not keys:
-            return _EMPTY_I, _EMPTY_F, _EMPTY_I
+            return _EMPTY_I, _EMPTY_F, None
         rows = self._lookup(keys)
         known = rows >= 0
         if len(self._keys) != self._vocab:  # some indexed tokens have left V (unlearned)
             known[known] = self._nnz[rows[known]] > 0
-        positions = np.flatnonzero(known)
-        if positions.size == rows.size:
-            return rows, values, positions
-        return rows[positions], values[positions], positions
+        if known.all():
+            return rows, values, None
+        return rows[known], values[known], known
 
     def _rows_creating(self, keys: list) -> np.ndarray:
         rows = self._lookup(keys)
         missing = np.flatnonzero(rows < 0)
         if missing.size:
+            rows = rows.copy()
             new_keys = [keys[i] for i in missing.tolist()]
             if self.n_buckets is None:
                 if not set(map(type, new_keys)) <= {str}:
@@ -227,6 +247,8 @@ class TextModel(Model):
         rows = self._rows_creating(keys)  # validates new tokens before anything changes
         column = self._column_of(y)
         self._n_docs[column] += sign
+        if sign < 0 or self._negative_docs:
+            self._negative_docs = int(np.count_nonzero(self._n_docs < 0))
         self._active = None
         self._log_prior_cache = None
         self._invalidate(column)
@@ -281,6 +303,7 @@ class TextModel(Model):
         self._nnz[:used] = np.count_nonzero(self._counts[:used], axis=1)
         self._vocab = int(np.count_nonzero(self._nnz[:used]))
         self._n_negative = int(np.count_nonzero(self._counts[:used] < 0))
+        self._negative_docs = int(np.count_nonzero(self._n_docs < 0))
         self._active = None
         self._log_prior_cache = None
         self._rebuild()
@@ -299,7 +322,7 @@ class TextModel(Model):
     def _scoring_values(self, values: np.ndarray) -> np.ndarray:
         return values
 
-    def _weigh(self, values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def _weigh(self, values: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         """The weight of each scored token's term (its count, or a transform of it)."""
         return values
 
@@ -307,9 +330,14 @@ class TextModel(Model):
         """Per-token, per-class log terms (shape tokens x classes) whose weighted sum scores."""
         raise NotImplementedError
 
-    def _base_scores(self, columns: np.ndarray, n_tokens: float) -> np.ndarray:
+    def _base_scores(self, columns: np.ndarray) -> np.ndarray:
         """The per-class score of a message before its tokens' terms (prior included)."""
         raise NotImplementedError
+
+    def _may_leave_tokens_out(self, n_tokens: int, top_k: int | None) -> bool:
+        """Whether :meth:`_select_top_k` may drop some of ``n_tokens`` scored tokens (their
+        terms are then computed first)."""
+        return top_k is not None and n_tokens > top_k
 
     def _select_top_k(self, terms: np.ndarray, top_k: int | None) -> np.ndarray | None:
         """Indices of the ``top_k`` tokens whose terms differ most between classes."""
@@ -318,33 +346,57 @@ class TextModel(Model):
         spread = terms.max(axis=1) - terms.min(axis=1)
         return np.sort(np.argpartition(-spread, top_k - 1)[:top_k])
 
-    def _score(self, x, top_k: int | None):
+    def _score(self, x, top_k: int | None, want_terms: bool = False):
         columns = self._active_columns()
         keys, values = self._encode(x)
-        rows, values, positions = self._rows_in_vocabulary(keys, values)
+        rows, values, known = self._rows_in_vocabulary(keys, values)
         values = self._scoring_values(values)
-        if self._n_negative or self._n_docs.min() < 0:
-            # A slice's own counts may be negative: log() gives NaN there, reported below.
+        if not (self._n_negative or self._negative_docs):
+            scored = self._score_rows(columns, known, values, rows, top_k, want_terms)
+        else:  # a slice's own counts may be negative: log() gives NaN or -inf, refused below
             with np.errstate(invalid="ignore", divide="ignore"):
-                scored = self._score_rows(columns, positions, values, rows, top_k)
-        else:
-            scored = self._score_rows(columns, positions, values, rows, top_k)
-        return (keys, *scored)
-
-    def _score_rows(self, columns, positions, values, rows, top_k):
-        terms = self._token_scores(rows, columns)
-        chosen = self._select_top_k(terms, top_k)
-        if chosen is not None:
-            terms, values, positions = terms[chosen], values[chosen], positions[chosen]
-        base = self._base_scores(columns, float(values.sum()))
-        values = self._weigh(values, rows if chosen is None else rows[chosen])
-        scores = base + values @ terms
-        if not np.isfinite(scores).all():
+                scored = self._score_rows(columns, known, values, rows, top_k, want_terms)
+        if not math.isfinite(scored[-1].sum()):
             raise ValueError(
                 "this state has negative counts (a partial slice?): only a sum of slices "
                 "can be scored"
             )
-        return columns, positions, values, terms, base, scores
+        return (keys, *scored)
+
+    def _score_rows(self, columns, known, values, rows, top_k, want_terms):
+        """Per-class log joint scores from the in-vocabulary tokens, the weight of each scored
+        token's term (:meth:`_weigh`), and for a token selection (top-k) or ``want_terms`` the
+        per-token terms; ``(known, chosen)`` say which of the message's keys were in V and
+        which of those the selection kept (None: all)."""
+        terms = chosen = None
+        if want_terms or self._may_leave_tokens_out(rows.size, top_k):
+            terms = self._token_scores(rows, columns)
+            chosen = self._select_top_k(terms, top_k)
+            if chosen is not None:
+                terms, values, rows = terms[chosen], values[chosen], rows[chosen]
+        values = self._weigh(values, rows, columns)
+        scores = self._joint_scores(rows, values, columns)
+        return columns, (known, chosen), values, terms, scores
+
+    def _gather(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        """A fresh C-contiguous (tokens x active classes) copy of the counts. The layout must
+        not depend on how many inactive class columns the model holds: numpy's loops sum in
+        an order that follows the strides."""
+        counts = self._counts[rows]
+        if columns.size != counts.shape[1]:
+            counts = np.ascontiguousarray(counts[:, columns])
+        return counts
+
+    def _joint_scores(self, rows: np.ndarray, values: np.ndarray, columns: np.ndarray
+                      ) -> np.ndarray:
+        """log P(c) + log P(x | c) for the active classes.
+
+        Sums go through ``einsum`` (numpy's own loops), not a BLAS dot: BLAS may round
+        differently depending on memory alignment, and merged models must score bit for bit
+        alike.
+        """
+        terms = self._token_scores(rows, columns)
+        return self._base_scores(columns) + np.einsum("i,ij->j", values, terms)
 
     def predict_log_proba_one(self, x: Mapping[str, float], top_k: int | None = None
                               ) -> dict[str, float]:
@@ -356,7 +408,7 @@ class TextModel(Model):
         if self._active_columns().size == 0:
             self._encode(x)  # still reject bad input
             return {}
-        _, columns, _, _, _, _, scores = self._score(x, self.top_k if top_k is None else top_k)
+        _, columns, _, _, _, scores = self._score(x, self.top_k if top_k is None else top_k)
         return log_normalise(dict(zip((self._labels[c] for c in columns),
                                       (scores / self.temperature).tolist(), strict=True)))
 
@@ -374,9 +426,13 @@ class TextModel(Model):
             self._encode(x)
             return {"prediction": None, "log_proba": {}, "base": {}, "tokens": {},
                     "ignored": sorted(map(str, x))}
-        all_keys, columns, positions, values, terms, base, scores = self._score(
-            x, self.top_k if top_k is None else top_k)
-        keys = [all_keys[i] for i in positions.tolist()]
+        all_keys, columns, (known, chosen), values, terms, scores = self._score(
+            x, self.top_k if top_k is None else top_k, want_terms=True)
+        base = self._base_scores(columns)
+        keys = all_keys if known is None else [
+            k for k, kept in zip(all_keys, known.tolist(), strict=True) if kept]
+        if chosen is not None:
+            keys = [keys[i] for i in chosen.tolist()]
         labels = [self._labels[c] for c in columns]
         contributions = values[:, None] * terms
         order = np.argsort(-(contributions.max(axis=1) - contributions.min(axis=1)),
@@ -487,6 +543,7 @@ class TextModel(Model):
         model._nnz[:used] = np.count_nonzero(model._counts[:used], axis=1)
         model._vocab = int(np.count_nonzero(model._nnz[:used]))
         model._n_negative = int(np.count_nonzero(model._counts[:used] < 0))
+        model._negative_docs = int(np.count_nonzero(model._n_docs < 0))
         model._active = None
         model._check_loaded()
         model._rebuild()

@@ -113,7 +113,8 @@ class BernoulliNB(TextModel):
             d_c = self._n_docs[column]
             hist = self._hist[column]
             ks = np.flatnonzero(hist)
-            total = float(hist[ks] @ np.log(d_c - ks + self.alpha)) if ks.size else 0.0
+            # fsum: exact, so the same histogram always gives the same bits
+            total = math.fsum((hist[ks] * np.log(d_c - ks + self.alpha)).tolist())
             for k, m in self._hist_negative[column].items():
                 total += m * math.log(d_c - k + self.alpha)
             self._absent_sum[column] = total
@@ -130,12 +131,10 @@ class BernoulliNB(TextModel):
     def _token_scores(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         if not rows.size:
             return np.zeros((0, columns.size))
-        counts = self._counts[rows]
-        if columns.size != counts.shape[1]:
-            counts = counts[:, columns]
+        counts = self._gather(rows, columns)
         return np.log(counts + self.alpha) - np.log(self._n_docs[columns] - counts + self.alpha)
 
-    def _base_scores(self, columns: np.ndarray, n_tokens: float) -> np.ndarray:
+    def _base_scores(self, columns: np.ndarray) -> np.ndarray:
         d_c = self._n_docs[columns]
         absent = self._absent_sums(columns) - self._vocab * np.log(d_c + 2 * self.alpha)
         return self._log_prior(columns) + absent

@@ -258,7 +258,10 @@ class GDA(Model):
         if self.covariance_type == "pooled":
             sigma = self._shrink(sum(scatters) / n.sum())
             factor, ridge = self._factor(sigma)
-            solved = np.linalg.solve(factor.T, np.linalg.solve(factor, means.T))  # Σ⁻¹ μ_cᵀ
+            if ridge:
+                sigma = sigma + ridge * np.eye(sigma.shape[0])
+            # Σ⁻¹ μ_cᵀ by one LU solve; the Cholesky factor above proved Σ positive definite
+            solved = np.linalg.solve(sigma, means.T)
             fit["factors"] = [factor]
             fit["coef"] = solved
             fit["intercept"] = -0.5 * np.einsum("cd,dc->c", means, solved) + fit["log_prior"]

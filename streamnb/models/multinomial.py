@@ -133,9 +133,7 @@ class MultinomialNB(TextModel):
     def _token_scores(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         if not rows.size:
             return np.zeros((0, columns.size))
-        counts = self._counts[rows]
-        if columns.size != counts.shape[1]:
-            counts = counts[:, columns]
+        counts = self._gather(rows, columns)
         if self.complement:
             others = counts.sum(axis=1, keepdims=True) - counts
             totals = self._totals[columns]
@@ -143,14 +141,15 @@ class MultinomialNB(TextModel):
                 others + self.alpha)
         return np.log(counts + self.alpha) - self._log_denominators(columns)
 
-    def _score_rows(self, columns, positions, values, rows, top_k):
+    def _score_rows(self, columns, known, values, rows, top_k, want_terms):
         if self.combining == "nb":
-            return super()._score_rows(columns, positions, values, rows, top_k)
-        return self._robinson_rows(columns, positions, values, rows)
+            return super()._score_rows(columns, known, values, rows, top_k, want_terms)
+        return self._robinson_rows(columns, known, rows)
 
-    def _robinson_rows(self, columns, positions, values, rows):
-        """Scores log I_c (one class against the rest); terms are log f_c(w) of kept tokens."""
-        counts = self._counts[rows][:, columns]
+    def _robinson_rows(self, columns, known, rows):
+        """Scores log I_c (one class against the rest); terms are log f_c(w) of kept tokens,
+        each weighted 1 (``_score_rows``'s results, top_k not applied)."""
+        counts = self._gather(rows, columns)
         n_docs = self._n_docs[columns]
         if (counts < 0).any() or (n_docs < 0).any():
             raise ValueError(
@@ -178,9 +177,13 @@ class MultinomialNB(TextModel):
             scores = np.array([log_robinson_indicator(f[np.abs(f[:, j] - 0.5) > self.min_dev,
                                                         j])[0] for j in range(columns.size)])
             terms = np.log(f[keep])
-        base = np.zeros(columns.size)
-        ones = np.ones(int(keep.sum()))
-        return columns, positions[keep], ones, terms, base, scores
+        chosen = None if keep.all() else np.flatnonzero(keep)
+        ones = np.ones(terms.shape[0])
+        return columns, (known, chosen), ones, terms, scores
+
+    def _may_leave_tokens_out(self, n_tokens: int, top_k: int | None) -> bool:
+        return (self.min_spread > 0 and n_tokens > 0) or super()._may_leave_tokens_out(
+            n_tokens, top_k)
 
     def _select_top_k(self, terms: np.ndarray, top_k: int | None) -> np.ndarray | None:
         if not self.min_spread or not terms.shape[0]:
@@ -191,22 +194,39 @@ class MultinomialNB(TextModel):
         chosen = super()._select_top_k(terms[strong], top_k)
         return strong if chosen is None else strong[chosen]
 
-    def _weigh(self, values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def _weigh(self, values: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         if self.tf == "log":
             values = np.log1p(values)
         if self.idf and values.size:
-            columns = self._active_columns()
-            df = self._counts[rows][:, columns].sum(axis=1)
+            df = self._gather(rows, columns).sum(axis=1)
             n = self._n_docs[columns].sum()
             values = values * np.maximum(np.log((1.0 + n) / (1.0 + df)) + 1.0, 0.0)
         if self.length_norm and values.size:
-            norm = math.sqrt(float(values @ values))
+            # einsum, not a BLAS dot, for the same bits whatever the memory alignment
+            norm = math.sqrt(float(np.einsum("i,i->", values, values)))
             if norm > 0:
                 values = values / norm
         return values
 
-    def _base_scores(self, columns: np.ndarray, n_tokens: float) -> np.ndarray:
+    def _base_scores(self, columns: np.ndarray) -> np.ndarray:
+        if self.combining == "robinson":  # no prior: the indicator is the whole score
+            return np.zeros(columns.size)
         return self._log_prior(columns)
+
+    def _joint_scores(self, rows: np.ndarray, values: np.ndarray, columns: np.ndarray
+                      ) -> np.ndarray:
+        # Σ_k x_k log θ_kc = Σ_k x_k log(N_kc + α) − (Σ_k x_k) log(N_c + α|V|): the
+        # denominator is applied once per class instead of once per token.
+        if self.complement:  # one denominator per token and class: the general sum
+            return super()._joint_scores(rows, values, columns)
+        if not rows.size:
+            return self._log_prior(columns).copy()
+        scores = self._log_prior(columns) - values.sum() * self._log_denominators(columns)
+        counts = self._gather(rows, columns)
+        counts += self.alpha  # a fresh array: fancy indexing copies
+        np.log(counts, out=counts)
+        scores += np.einsum("i,ij->j", values, counts)
+        return scores
 
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]

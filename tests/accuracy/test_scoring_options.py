@@ -66,6 +66,35 @@ def test_scoring_options_leave_the_statistics_alone(stream, scoring, repeated):
     assert tuned.to_state()["counts"] == learned(tuned.options(), stream[:1]).to_state()["counts"]
 
 
+THREE_CLASS_STREAM = st.lists(st.tuples(MESSAGE, st.sampled_from(["spam", "ham", "work"])),
+                              max_size=15)
+PROBES = [{}, {"cash": 1}, {"cash": 2, "lunch": 1, "unseen": 3},
+          {"cash": 1, "win": 1, "free": 1, "lunch": 1, "notes": 1, "today": 1, "meet": 1}]
+
+
+@settings(max_examples=40, deadline=None)
+@given(scoring=SCORING, combining=st.sampled_from(["nb", "robinson"]),
+       a=THREE_CLASS_STREAM, b=THREE_CLASS_STREAM, c=THREE_CLASS_STREAM)
+def test_scored_predictions_are_bit_identical_after_merges_and_unlearning(scoring, combining,
+                                                                           a, b, c):
+    options = {**scoring, "combining": combining}
+    one_stream = learned(options, a + b + c)
+    expected = [one_stream.predict_log_proba_one(x) for x in PROBES]
+    parts = [learned(options, s) for s in (a, b, c)]
+    for merged in (parts[0] + parts[1] + parts[2], parts[2] + (parts[1] + parts[0])):
+        assert [merged.predict_log_proba_one(x) for x in PROBES] == expected
+        if merged.classes:
+            assert [merged.explain(x)["log_proba"] for x in PROBES] == expected
+    # Learning then unlearning a stream (new classes included) leaves the scores unchanged.
+    model = learned(options, a)
+    before = [model.predict_log_proba_one(x) for x in PROBES]
+    for x, y in b:
+        model.learn_one(x, y)
+    for x, y in reversed(b):
+        model.unlearn_one(x, y)
+    assert [model.predict_log_proba_one(x) for x in PROBES] == before
+
+
 @settings(max_examples=20, deadline=None)
 @given(stream=STREAM, query=MESSAGE, temperature=st.floats(0.2, 20.0))
 def test_temperature_divides_the_log_odds_and_keeps_the_decision(stream, query, temperature):
