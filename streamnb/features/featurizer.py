@@ -148,7 +148,8 @@ class Featurizer:
                 prefix = name + ":"
                 if name in _ADDRESS_FIELDS and "@" in value:
                     tokens += _address_tokens(prefix, value)
-                    value = _strip_addresses(value)
+                    if not self.options.address_words:
+                        value = _strip_addresses(value)
                 tokens += prefixed(prefix, value)
         return tokens
 
