@@ -139,6 +139,30 @@ class BernoulliNB(TextModel):
         absent = self._absent_sums(columns) - self._vocab * np.log(d_c + 2 * self.alpha)
         return self._log_prior(columns) + absent
 
+    def _trains_on_counts(self) -> bool:
+        return False
+
+    def _short_scores(self, rows: list, values: list, columns: np.ndarray
+                      ) -> dict[str, float] | None:
+        # The operations of _token_scores and _joint_scores, one float at a time, in order.
+        base = self._base_scores(columns).tolist()
+        columns = columns.tolist()
+        labels = self._labels
+        alpha = self.alpha
+        n_docs = self._n_docs.tolist()
+        block = self._counts[rows].tolist() if rows else []
+        scores = {}
+        for c, b in zip(columns, base, strict=True):
+            d_c = n_docs[c]
+            terms = 0.0
+            for row in block:
+                present, absent = row[c] + alpha, d_c - row[c] + alpha
+                if not (present > 0 and absent > 0):
+                    return None  # an inconsistent state: the array path says what is wrong
+                terms += 1.0 * (math.log(present) - math.log(absent))
+            scores[labels[c]] = b + terms
+        return scores
+
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]
         rows = self._vocabulary_rows()

@@ -91,6 +91,34 @@ class MultinomialNB(TextModel):
         scores += np.einsum("i,ij->j", values, counts)
         return scores
 
+    def _trains_on_counts(self) -> bool:
+        return self.counts_occurrences
+
+    def _short_scores(self, rows: list, values: list, columns: np.ndarray
+                      ) -> dict[str, float] | None:
+        # The operations of _joint_scores, one float at a time, in the same order.
+        columns = columns.tolist()
+        log_prior = self._short_log_prior(columns)
+        if log_prior is None:
+            return None
+        labels = self._labels
+        if not rows:
+            return {labels[c]: lp for c, lp in zip(columns, log_prior, strict=True)}
+        if self.repeated_words != "count":
+            values = [1] * len(rows)
+        n_tokens = float(sum(values))
+        alpha = self.alpha
+        smoothing = alpha * self._vocab
+        totals = self._totals.tolist()
+        block = self._counts[rows].tolist()
+        scores = {}
+        for c, lp in zip(columns, log_prior, strict=True):
+            terms = 0.0
+            for row, value in zip(block, values, strict=True):
+                terms += value * math.log(row[c] + alpha)
+            scores[labels[c]] = (lp - n_tokens * math.log(totals[c] + smoothing)) + terms
+        return scores
+
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]
         rows = self._vocabulary_rows()
