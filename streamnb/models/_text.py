@@ -311,7 +311,8 @@ class TextModel(Model):
         return x
 
     def _update_short(self, x: dict, y: str, sign: float) -> None:
-        """:meth:`_update` for a message :meth:`_short_counts` accepted, element by element."""
+        """:meth:`_update` for a message :meth:`_short_counts` accepted: the same arithmetic
+        on lists, with one gather and one scatter of the class column."""
         index = self._index
         rows = [index.get(key, -1) for key in x]
         if -1 in rows:
@@ -323,22 +324,26 @@ class TextModel(Model):
             index.update(zip(new_keys, range(start, start + len(new_keys)), strict=True))
             rows = [index[key] for key in x]
         column = self._column_of(y)
-        self._n_docs[column] += sign
+        n_docs = self._n_docs
+        was_active = n_docs[column] > 0
+        n_docs[column] += sign
         if sign < 0 or self._negative_docs:
-            self._negative_docs = int(np.count_nonzero(self._n_docs < 0))
-        self._active = None
+            self._negative_docs = int(np.count_nonzero(n_docs < 0))
+        if (n_docs[column] > 0) != was_active:
+            self._active = None
         self._log_prior_cache = None
         self._invalidate(column)
         if not x:
             return
         values = list(x.values()) if self._trains_on_counts() else [1] * len(x)
-        counts, nnz = self._counts, self._nnz
-        old = [counts.item(row, column) for row in rows]
+        counts = self._counts[:, column]  # a view
+        old = counts.take(rows).tolist()
         new = [o + sign * v for o, v in zip(old, values, strict=True)]
-        for row, value in zip(rows, new, strict=True):
-            counts[row, column] = value
+        counts.put(rows, new)
         self._totals[column] += sign * float(sum(values))
+        nnz = self._nnz
         if sign > 0 and not self._n_negative:
+            # Counts only grow and none is negative: a row changes status iff it was zero.
             for row, o in zip(rows, old, strict=True):
                 if o == 0:
                     before = nnz.item(row)

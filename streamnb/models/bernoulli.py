@@ -20,6 +20,9 @@ the last prediction, O(distinct values of D_jc) ≤ O(D_c) — never O(|V|).
 from __future__ import annotations
 
 import math
+from functools import reduce
+from itertools import repeat
+from operator import add, mul
 from typing import ClassVar
 
 import numpy as np
@@ -144,24 +147,21 @@ class BernoulliNB(TextModel):
 
     def _short_scores(self, rows: list, values: list, columns: np.ndarray
                       ) -> dict[str, float] | None:
-        # The operations of _token_scores and _joint_scores, one float at a time, in order.
+        # The operations of _token_scores and _joint_scores in the same order: the same
+        # elementwise logs, then each class's sum left to right from 0.0 (as einsum does).
         base = self._base_scores(columns).tolist()
-        columns = columns.tolist()
         labels = self._labels
-        alpha = self.alpha
-        n_docs = self._n_docs.tolist()
-        block = self._counts[rows].tolist() if rows else []
-        scores = {}
-        for c, b in zip(columns, base, strict=True):
-            d_c = n_docs[c]
-            terms = 0.0
-            for row in block:
-                present, absent = row[c] + alpha, d_c - row[c] + alpha
-                if not (present > 0 and absent > 0):
-                    return None  # an inconsistent state: the array path says what is wrong
-                terms += 1.0 * (math.log(present) - math.log(absent))
-            scores[labels[c]] = b + terms
-        return scores
+        active = columns.tolist()
+        if not rows:
+            return {labels[c]: b + 0.0 for c, b in zip(active, base, strict=True)}
+        counts = self._counts.take(rows, axis=0)[:, columns]
+        present = counts + self.alpha
+        absent = self._n_docs[columns] - counts + self.alpha
+        if not ((present > 0).all() and (absent > 0).all()):
+            return None  # an inconsistent state: the array path says what is wrong with it
+        terms = (np.log(present) - np.log(absent)).T.tolist()
+        return {labels[c]: b + reduce(add, map(mul, repeat(1.0), t), 0.0)
+                for c, b, t in zip(active, base, terms, strict=True)}
 
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]

@@ -16,6 +16,8 @@ Predict cost is O(tokens in the message × classes); it does not grow with the v
 from __future__ import annotations
 
 import math
+from functools import reduce
+from operator import add, mul
 from typing import ClassVar
 
 import numpy as np
@@ -96,26 +98,25 @@ class MultinomialNB(TextModel):
 
     def _short_scores(self, rows: list, values: list, columns: np.ndarray
                       ) -> dict[str, float] | None:
-        # The operations of _joint_scores, one float at a time, in the same order.
-        columns = columns.tolist()
-        log_prior = self._short_log_prior(columns)
+        # The operations of _joint_scores in the same order: the same elementwise log, then
+        # each class's sum left to right from 0.0 (as einsum sums these shapes).
+        active = columns.tolist()
+        log_prior = self._short_log_prior(active)
         if log_prior is None:
             return None
         labels = self._labels
         if not rows:
-            return {labels[c]: lp for c, lp in zip(columns, log_prior, strict=True)}
+            return {labels[c]: lp for c, lp in zip(active, log_prior, strict=True)}
         if self.repeated_words != "count":
             values = [1] * len(rows)
         n_tokens = float(sum(values))
         alpha = self.alpha
         smoothing = alpha * self._vocab
         totals = self._totals.tolist()
-        block = self._counts[rows].tolist()
+        log_counts = np.log(self._counts.take(rows, axis=0) + alpha).T.tolist()
         scores = {}
-        for c, lp in zip(columns, log_prior, strict=True):
-            terms = 0.0
-            for row, value in zip(block, values, strict=True):
-                terms += value * math.log(row[c] + alpha)
+        for c, lp in zip(active, log_prior, strict=True):
+            terms = reduce(add, map(mul, values, log_counts[c]), 0.0)
             scores[labels[c]] = (lp - n_tokens * math.log(totals[c] + smoothing)) + terms
         return scores
 
