@@ -325,12 +325,12 @@ class TextModel(Model):
             rows = [index[key] for key in x]
         column = self._column_of(y)
         n_docs = self._n_docs
-        was_active = n_docs[column] > 0
-        n_docs[column] += sign
+        before = n_docs.item(column)
+        n_docs[column] = after = before + sign
         if sign < 0 or self._negative_docs:
             self._negative_docs = int(np.count_nonzero(n_docs < 0))
-        if (n_docs[column] > 0) != was_active:
-            self._active = None
+        if (after > 0) != (before > 0):
+            self._active = None  # the class appeared or disappeared
         self._log_prior_cache = None
         self._invalidate(column)
         if not x:
@@ -340,7 +340,7 @@ class TextModel(Model):
         old = counts.take(rows).tolist()
         new = [o + sign * v for o, v in zip(old, values, strict=True)]
         counts.put(rows, new)
-        self._totals[column] += sign * float(sum(values))
+        self._totals[column] = self._totals.item(column) + sign * float(sum(values))
         nnz = self._nnz
         if sign > 0 and not self._n_negative:
             # Counts only grow and none is negative: a row changes status iff it was zero.
@@ -378,13 +378,19 @@ class TextModel(Model):
         index_get = self._index.get
         rows = []
         values = []
-        pruned = len(self._keys) != self._vocab  # some indexed tokens have left V
-        nnz = self._nnz
-        for key, value in x.items():
-            row = index_get(key)
-            if row is not None and not (pruned and nnz.item(row) <= 0):
-                rows.append(row)
-                values.append(value)
+        if len(self._keys) == self._vocab:
+            for key, value in x.items():
+                row = index_get(key)
+                if row is not None:
+                    rows.append(row)
+                    values.append(value)
+        else:  # some indexed tokens have left V (unlearned): they are not scored
+            nnz = self._nnz
+            for key, value in x.items():
+                row = index_get(key)
+                if row is not None and nnz.item(row) > 0:
+                    rows.append(row)
+                    values.append(value)
         return self._short_scores(rows, values, self._active_columns())
 
     def _short_scores(self, rows: list, values: list, columns: np.ndarray
