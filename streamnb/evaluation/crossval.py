@@ -282,14 +282,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--limit", type=int, metavar="N", help="only the first N messages")
     options_module.add_arguments(parser)
-    parser.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        metavar="OVERRIDES",
-        help='also cross-validate with these overrides, e.g. "model.kind=multinomial" '
-        "(repeatable; name=LABEL sets its label)",
-    )
+    options_module.add_variant_argument(parser, "model.kind=multinomial")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--plot", metavar="OUT.png", help="plot mean accuracy against k")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -59,14 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--format", choices=FORMATS, help="corpus layout (default: detected)")
     options_module.add_arguments(parser)
-    parser.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        metavar="OVERRIDES",
-        help='also replay with these overrides on top of the base options, e.g. '
-        '"model.alpha=0.1 features.bigrams=true" (repeatable; name=LABEL sets its label)',
-    )
+    options_module.add_variant_argument(parser, "model.alpha=0.1 features.bigrams=true")
     order = parser.add_argument_group("stream")
     order.add_argument(
         "--shuffle", type=int, metavar="SEED", help="replay in a seeded random order"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OptionsError", "Tables", "add_arguments", "tables_from_args"]
+__all__ = ["OptionsError", "Tables", "add_arguments", "add_variant_argument", "tables_from_args"]
 
 SECTIONS = ("model", "features")
 DEFAULT_KIND = "multinomial"  # what streamnb.pipeline.build_pipeline uses without a kind
@@ -153,6 +153,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECTION.KEY=VALUE",
         help="override one option, e.g. --set model.alpha=0.1 --set features.bigrams=true "
         "(repeatable; VALUE is read as TOML)",
+    )
+
+
+def add_variant_argument(parser: argparse.ArgumentParser, example: str) -> None:
+    """``--variant``: one more run with overrides on top of the base options."""
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="OVERRIDES",
+        help=f'also run with these overrides on top of the base options, e.g. "{example}" '
+        "(repeatable; name=LABEL sets its label)",
     )
 
 

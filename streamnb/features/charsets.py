@@ -8,7 +8,12 @@ Mail declares charsets wrongly all the time. The rules, in order:
    (``gb2312``/``gbk`` -> GB18030, ``iso-8859-1``/``us-ascii`` -> cp1252, ``big5`` -> Big5-HKSCS,
    ``euc-kr``/``ks_c_5601-1987`` -> cp949, ``shift_jis`` -> cp932) and tried strictly;
 3. if that fails, or nothing usable was declared: the message's other declared charset (the
-   *hint*) strictly, then the declared (or default) charset with replacement characters.
+   *hint*) strictly;
+4. 8-bit text shaped like GBK (every non-ASCII byte part of a two- or four-byte GB18030
+   sequence, and at least four such characters) is read as GB18030: Chinese mail without a
+   label, or labelled UTF-8 after a botched re-encoding, is common, while Latin-1 text almost
+   always has an accented letter followed by a space or punctuation, which breaks the shape;
+5. else the declared (or default) charset with replacement characters.
 
 A label that names no text codec (``rot13``, ``zlib``, garbage, a 300-byte string) counts as no
 declaration. Decoding never raises.
@@ -19,6 +24,8 @@ declaration. Decoding never raises.
 'café'
 >>> decode_text("naïve".encode(), "us-ascii")
 'naïve'
+>>> decode_text("正规发票".encode("gbk"), None), decode_text("Grüße, été".encode("latin-1"), None)
+('正规发票', 'Grüße, été')
 >>> codec_for("x-unknown"), codec_for("GB2312"), codec_for("rot13")
 (None, 'gb18030', None)
 """
@@ -26,6 +33,7 @@ declaration. Decoding never raises.
 from __future__ import annotations
 
 import codecs
+import re
 from functools import lru_cache
 
 __all__ = ["ALIASES", "codec_for", "decode_text"]
@@ -76,6 +84,13 @@ ALIASES = {
     "x-user-defined": "cp1252",
 }
 
+# Possessive quantifiers: a failed match must not backtrack through every way of splitting.
+_GBK_SHAPE_RE = re.compile(
+    rb"(?:[\x00-\x7f]++|[\x81-\xfe](?:[\x40-\x7e\x80-\xfe]|[\x30-\x39][\x81-\xfe][\x30-\x39]))*+"
+    rb"[\x81-\xfe]?"  # a message cut short in the middle of a character
+)
+_ASCII_BYTES = bytes(range(128))
+
 # Codecs that exist in Python but are not charsets a mail could be written in: they interpret
 # escapes or raise on any input.
 _NOT_CHARSETS = frozenset(
@@ -94,7 +109,7 @@ def codec_for(label: str | None) -> str | None:
         info = codecs.lookup(name)
     except (LookupError, ValueError):
         return None
-    if not getattr(info, "_is_text_encoding", True) or info.name in _NOT_CHARSETS:
+    if not getattr(info, "_is_text_encoding", True) or info.name.replace("-", "_") in _NOT_CHARSETS:
         return None
     return ALIASES.get(info.name, info.name)
 
@@ -121,6 +136,12 @@ def decode_text(
             return data.decode(hint_codec)
         except (UnicodeError, LookupError):
             pass
+    if (
+        codec != "gb18030"
+        and len(data.translate(None, _ASCII_BYTES)) >= 8
+        and _GBK_SHAPE_RE.fullmatch(data)
+    ):
+        return data.decode("gb18030", "replace")
     try:
         return data.decode(codec or default, "replace")
     except (UnicodeError, LookupError):

@@ -18,18 +18,22 @@ Counter({'cash': 2, 'now': 1})
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from streamnb.features.errors import FeaturizationError
-from streamnb.features.mail import _ADDRESS_RE as ADDRESS_RE
-from streamnb.features.mail import Budget, ParsedMail, read_mail, registrable_domain
+from streamnb.features.mail import ADDRESS_RE, Budget, ParsedMail, read_mail, registrable_domain
 from streamnb.features.meta import meta_features
 from streamnb.features.options import FeaturizerOptions
 from streamnb.features.tokenize import Tokenizer, url_hosts, url_tokens
+from streamnb.hashing import stable_bucket
 
 __all__ = ["Featurizer", "Features"]
+
+# Surrogates that surrogateescape did not make (it maps bytes 0x80-0xFF to U+DC80-U+DCFF).
+_NOT_A_BYTE_RE = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 
 # Header fields whose tokens are addresses and domains rather than words.
 _ADDRESS_FIELDS = frozenset(
@@ -64,22 +68,33 @@ class Featurizer:
 
     def from_raw(self, raw: bytes) -> Features:
         """Features of an RFC 822 message given as bytes."""
+        budget = Budget(self.options)
+        return self._from_mail(read_mail(_as_bytes(raw), self.options, budget), budget)
+
+    def from_mail(self, mail: ParsedMail) -> Features:
+        """Features of a mail already read with :meth:`read` (its truncations carried over)."""
+        budget = Budget(self.options)
+        budget.hit.extend(mail.truncated)
+        return self._from_mail(mail, budget)
+
+    def _from_mail(self, mail: ParsedMail, budget: Budget) -> Features:
         options = self.options
-        budget = Budget(options)
-        mail = read_mail(_as_bytes(raw), options, budget)
         text = mail.text
-        counts = self._count(text, budget, urls=False)
-        if options.url_tokens:
-            for part in mail.parts:
-                source = part.html if part.html is not None else part.text
-                if "://" in source or "www." in source or "WWW." in source:
-                    counts.update(url_tokens(url_hosts(source)))
+        counts, n_words = self._count(text, budget, urls=False)
+        hosts = None
+        if options.url_tokens or options.meta_features:
+            # from the markup of HTML parts: links are not visible text
+            hosts = [h for part in mail.parts for h in url_hosts(part.html or part.text)]
+            if options.url_tokens:
+                counts.update(url_tokens(hosts))
         if options.header_tokens:
             counts.update(self._header_tokens(mail))
         if options.mime_tokens:
             counts.update(_mime_tokens(mail))
-        numeric = meta_features(mail, text, counts) if options.meta_features else None
-        return Features(counts, numeric, tuple(budget.hit))
+        numeric = None
+        if options.meta_features:
+            numeric = meta_features(mail, text, counts, n_words, hosts)
+        return Features(self._hashed(counts), numeric, tuple(budget.hit))
 
     def from_text(self, text: str) -> Features:
         """Features of plain text (an SMS, a note): the same tokenizer, no headers."""
@@ -87,9 +102,11 @@ class Featurizer:
             raise FeaturizationError("wrong_type", f"text must be str, not {type(text).__name__}")
         budget = Budget(self.options)
         text = budget.spend_text(text)
-        counts = self._count(text, budget)
-        numeric = meta_features(None, text, counts) if self.options.meta_features else None
-        return Features(counts, numeric, tuple(budget.hit))
+        counts, n_words = self._count(text, budget)
+        numeric = None
+        if self.options.meta_features:
+            numeric = meta_features(None, text, counts, n_words)
+        return Features(self._hashed(counts), numeric, tuple(budget.hit))
 
     def from_tokens(self, tokens: Sequence[str]) -> Features:
         """Counts of pre-split tokens (lower-cased if ``lowercase``); nothing else is done."""
@@ -101,12 +118,22 @@ class Featurizer:
             tokens = tokens[: self.options.max_tokens]
         if self.options.lowercase:
             tokens = [t.lower() for t in tokens]
-        return Features(Counter(tokens), None, tuple(budget.hit))
+        return Features(self._hashed(Counter(tokens)), None, tuple(budget.hit))
 
-    def _count(self, text: str, budget: Budget, urls: bool = True) -> Counter[str]:
+    def _hashed(self, counts: Counter[str]) -> Counter[str]:
+        """``counts`` with each token replaced by its hash bucket, if ``hash_buckets`` is set."""
+        n_buckets = self.options.hash_buckets
+        if not n_buckets:
+            return counts
+        hashed: Counter[str] = Counter()
+        for token, n in counts.items():
+            hashed[f"#{stable_bucket(token, n_buckets)}"] += n
+        return hashed
+
+    def _count(self, text: str, budget: Budget, urls: bool = True) -> tuple[Counter[str], int]:
         if budget.out_of_time():
-            return Counter()
-        return self.tokenizer.count(
+            return Counter(), 0
+        return self.tokenizer.count_words(
             text, self.options.max_tokens, lambda: budget.exceeded("max_tokens"), urls
         )
 
@@ -159,6 +186,6 @@ def _as_bytes(raw: bytes) -> bytes:
     if isinstance(raw, str):  # a mail that went through a text channel; keep unknown bytes
         try:
             return raw.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            return raw.encode("utf-8", "replace")
+        except UnicodeEncodeError:  # a lone surrogate that stands for no byte
+            return _NOT_A_BYTE_RE.sub("\ufffd", raw).encode("utf-8", "surrogateescape")
     raise FeaturizationError("wrong_type", f"raw mail must be bytes, not {type(raw).__name__}")

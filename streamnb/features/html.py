@@ -22,13 +22,14 @@ __all__ = ["html_to_text"]
 _INVISIBLE_TAGS = ["script", "style", "noscript", "template"]
 # Literal checks are much faster than a case-blind regex over the whole document.
 _INVISIBLE_MARKS = ("<script", "<style", "<SCRIPT", "<STYLE", "<Script", "<Style", "<noscript")
-_STRIP_RE = re.compile(r"<(script|style)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>", re.S | re.I)
+_TAG_RE = re.compile(r"<[^<>]*>")  # stops at the next "<": linear even if ">" never comes
+_INVISIBLE_BLOCKS = (("<script", "</script"), ("<style", "</style"), ("<!--", "-->"))
 
 
 def html_to_text(markup: str, method: str = "selectolax") -> str:
     """The text a reader of ``markup`` would see (whitespace as it comes)."""
     if method == "strip":
-        text = _html.unescape(_STRIP_RE.sub(" ", markup))
+        text = _html.unescape(_TAG_RE.sub(" ", _drop_invisible(markup)))
     else:
         tree = LexborHTMLParser(markup)
         if any(mark in markup for mark in _INVISIBLE_MARKS):
@@ -36,3 +37,30 @@ def html_to_text(markup: str, method: str = "selectolax") -> str:
         root = tree.root  # the <title> is visible too
         text = root.text(separator=" ") if root is not None else ""
     return text.strip()
+
+
+def _drop_invisible(markup: str) -> str:
+    """``markup`` without script, style and comment blocks, in one pass.
+
+    An unclosed block runs to the end, as in a browser. Each kind's next start is looked up
+    again only once passed, so the scan stays linear however many blocks there are.
+    """
+    lower = markup.lower()
+    kept = []
+    pos = 0
+    next_start = {opening: lower.find(opening) for opening, _ in _INVISIBLE_BLOCKS}
+    while True:
+        for opening, _ in _INVISIBLE_BLOCKS:
+            if 0 <= next_start[opening] < pos:
+                next_start[opening] = lower.find(opening, pos)
+        found = [(i, o, c) for o, c in _INVISIBLE_BLOCKS if (i := next_start[o]) >= 0]
+        if not found:
+            kept.append(markup[pos:])
+            return " ".join(kept)
+        start, opening, closing = min(found)
+        kept.append(markup[pos:start])
+        end = lower.find(closing, start + len(opening))
+        if end < 0:
+            return " ".join(kept)
+        end = lower.find(">", end + len(closing) - 1)
+        pos = len(markup) if end < 0 else end + 1

@@ -59,15 +59,21 @@ _DEFAULT_OPTIONS = FeaturizerOptions()
 # One header line plus its folded continuation lines. Field names are printable ASCII without
 # ':' (RFC 5322); a leading "From " mbox line or other junk simply does not match.
 _MIME_HEADERS = ("content-type", "content-transfer-encoding", "content-disposition")
-_LOOKS_LIKE_HEADER_RE = re.compile(rb"(?:From |>?[!-9;-~]+[ \t]*:)")
+# A mail starts with a header line (or an mbox "From " line); some archived articles start
+# with the continuation lines of a header whose first line was cut off.
+_LOOKS_LIKE_HEADER_RE = re.compile(rb"(?:[ \t][^\n]*+\n)*+(?:From |>?[!-9;-~]+[ \t]*:)")
 _FOLD_RE = re.compile(r"\s*\n\s*")
-_ENCODED_WORD_RE = re.compile(r"=\?([^?\s]{1,40})\?([bBqQ])\?([^?\s]*)\?=")
+# Encoded words may not contain spaces, but mailers wrote "=?GB2312?Q?Re: =D4=AD...?=" anyway.
+_ENCODED_WORD_RE = re.compile(r"=\?([^?\s]{1,40})\?([bBqQ])\?([^?]*)\?=")
 _ENCODED_WORD_CHARSET_RE = re.compile(rb"=\?([!-~]{1,40}?)\?[bBqQ]\?")
 _BETWEEN_ENCODED_WORDS_RE = re.compile(r"(\?=)\s+(=\?)")
 _PARAM_RE = re.compile(
     r';\s*([!#-\'*+.0-9A-Z^-~-]+?)(\*\d*\*?)?\s*=\s*("(?:[^"\\]|\\.)*"?|[^;\s]*)', re.S
 )
-_ADDRESS_RE = re.compile(r"[\w.!#$%&'*+/=?^`{|}~-]+@[\w-]+(?:\.[\w-]+)+")
+# The look-behind makes a match start only where a run of address characters starts: without
+# it, a long run with no "@" is rescanned from every position in it (quadratic).
+_LOCAL = r"[\w.!#$%&'*+/=?^`{|}~-]"
+ADDRESS_RE = re.compile(rf"(?<!{_LOCAL}){_LOCAL}+@[\w-]+(?:\.[\w-]+)+")
 _BASE64_JUNK_RE = re.compile(rb"[^A-Za-z0-9+/]")
 _SECOND_LEVEL = frozenset(
     {"co", "com", "net", "org", "gov", "edu", "ac", "or", "ne", "go", "gob", "mil", "nom"}
@@ -191,7 +197,7 @@ def read_mail(
     raw = bytes(raw)
     if b"\r" in raw:
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    header_block, body = _split_entity(raw, top_level=True)
+    header_block, body = _split_entity(raw)
     headers = _parse_headers(header_block, _wanted_headers(options.header_fields))
     # 8-bit text with no (usable) charset of its own is read with one the message declares
     # elsewhere: in an encoded word of a header, or in a Content-Type.
@@ -206,12 +212,12 @@ def read_mail(
     mail.subject = mail.header("subject")
     for name in ("from", "sender", "reply-to"):
         for value in mail.headers.get(name, ()):
-            mail.from_addrs.extend(a.lower() for a in _ADDRESS_RE.findall(value))
+            mail.from_addrs.extend(a.lower() for a in ADDRESS_RE.findall(value))
         if mail.from_addrs:
             break
     for name in ("to", "cc"):
         for value in mail.headers.get(name, ()):
-            mail.to_addrs.extend(a.lower() for a in _ADDRESS_RE.findall(value))
+            mail.to_addrs.extend(a.lower() for a in ADDRESS_RE.findall(value))
     mail.truncated = tuple(budget.hit)
     return mail
 
@@ -239,7 +245,7 @@ def _wanted_headers(header_fields: tuple[str, ...]) -> re.Pattern[bytes]:
 _MIME_HEADER_RE = _header_re(_MIME_HEADERS)
 
 
-def _split_entity(data: bytes, top_level: bool = False) -> tuple[bytes, bytes]:
+def _split_entity(data: bytes) -> tuple[bytes, bytes]:
     """(header block, body) of an entity; no headers at all if it does not start like a mail."""
     if data.startswith(b"\n"):
         return b"", data[1:]
@@ -399,7 +405,7 @@ def _read_entities(
                     child_headers, child_body = _split_entity(child)
                     stack.append((_parse_headers(child_headers), child_body, depth + 1))
                 continue
-            ctype = "text/plain"  # a multipart with no parts in it: its body is the text
+            ctype, maintype = "text/plain", "text"  # no parts in it: its body is the text
         elif ctype == "message/rfc822" or ctype == "message/news":
             if depth >= options.max_depth:
                 budget.exceeded("max_depth")
@@ -468,7 +474,8 @@ def _split_multipart(body: bytes, boundary: str) -> list[bytes] | None:
 
 
 def _decode_transfer(body: bytes, encoding: str) -> bytes:
-    if encoding == "base64":
+    # 8-bit bytes under a base64 label: a relay decoded the part and left the label.
+    if encoding == "base64" and body.isascii():
         return _b64decode(body)
     if encoding == "quoted-printable":
         return binascii.a2b_qp(body)

@@ -8,7 +8,7 @@ occurrences of character C / number of characters, and the lengths of runs of ca
 The rest describe the mail as a whole: its size, parts, links, images and character classes.
 
 >>> from collections import Counter
->>> v = meta_features(None, "FREE money!!! Call NOW", Counter(["free", "money", "call", "now"]))
+>>> v = meta_features(None, "FREE money!!! Call NOW", Counter(["free", "money", "call", "now"]), 4)
 >>> named = dict(zip(META_FEATURE_NAMES, v))
 >>> named["word_freq_free"], named["char_freq_!"], named["capital_run_length_longest"]
 (25.0, 13.636363636363637, 4.0)
@@ -19,8 +19,10 @@ True
 from __future__ import annotations
 
 import math
+import operator
 import re
 import string
+from collections import Counter
 from collections.abc import Mapping
 
 from streamnb.features.mail import ParsedMail
@@ -109,35 +111,58 @@ EXTRA_NAMES = (
 )
 META_FEATURE_NAMES = SPAMBASE_NAMES + EXTRA_NAMES
 
-_CAPITAL_RUN_RE = re.compile(r"[A-Z]+")
-_IMG_RE = re.compile(r"<img\b", re.I)
+_word_counts = operator.itemgetter(*SPAMBASE_WORDS)
+_CAPITALS_AS_A = bytes(65 if 65 <= b <= 90 else 32 for b in range(256))  # A-Z -> A, else space
+_IMG_TAGS = ("<img", "<IMG", "<Img")
 _IP_HOST_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+_LOWER = string.ascii_lowercase.encode()
+_DIGITS = string.digits.encode()
+_ASCII = bytes(range(128))
 
 
-def meta_features(mail: ParsedMail | None, text: str, counts: Mapping[str, int]) -> list[float]:
-    """The :data:`META_FEATURE_NAMES` vector of a mail (or plain ``text`` if ``mail`` is None)."""
-    n_words = sum(n for w, n in counts.items() if ":" not in w and " " not in w) or 1
+def meta_features(
+    mail: ParsedMail | None,
+    text: str,
+    counts: Mapping[str, int],
+    n_words: int,
+    hosts: list[str] | None = None,
+) -> list[float]:
+    """The :data:`META_FEATURE_NAMES` vector of a mail (or plain ``text`` if ``mail`` is None).
+
+    ``counts`` are the tokens of ``text``, ``n_words`` the number of words read from it and
+    ``hosts`` the URL hosts found (looked up here if not given).
+    """
+    words = n_words or 1
     n_chars = len(text) or 1
-    vector = [100.0 * counts.get(w, 0) / n_words for w in SPAMBASE_WORDS]
-    vector += [100.0 * text.count(c) / n_chars for c in SPAMBASE_CHARS]
-    runs = [len(r) for r in _CAPITAL_RUN_RE.findall(text)]
-    capitals = sum(runs)
-    vector += [capitals / len(runs) if runs else 0.0, float(max(runs, default=0)), float(capitals)]
+    if not isinstance(counts, Counter):
+        counts = Counter(counts)  # missing words read as 0
+    # map/itemgetter keep these per-message loops in C
+    vector = list(map((100.0 / words).__mul__, _word_counts(counts)))
+    vector += map((100.0 / n_chars).__mul__, map(text.count, SPAMBASE_CHARS))
+    # Character classes counted on the UTF-8 bytes: bytes.translate runs in C, and an ASCII
+    # letter or digit is one byte while no byte of a non-ASCII character is ASCII.
+    data = text.encode("utf-8", "surrogatepass")
+    runs, capitals, longest = _capital_runs(data)
+    vector += [capitals / runs if runs else 0.0, float(longest), float(capitals)]
 
-    lower = sum(map(text.count, string.ascii_lowercase))
-    digits = sum(map(text.count, string.digits))
-    non_ascii = 0 if text.isascii() else len(text) - len(text.encode("ascii", "ignore"))
+    lower = len(data) - len(data.translate(None, _LOWER))
+    digits = len(data) - len(data.translate(None, _DIGITS))
+    non_ascii = len(text) - (len(data) - len(data.translate(None, _ASCII)))
+    if hosts is None:
+        if mail is None:
+            hosts = url_hosts(text)
+        else:
+            hosts = [h for p in mail.parts for h in url_hosts(p.html or p.text)]
     if mail is not None:
         html = [p.html for p in mail.parts if p.html is not None]
         n_html = len(html)
         n_plain = len(mail.parts) - n_html
-        hosts = [h for p in mail.parts for h in url_hosts(p.html if p.html is not None else p.text)]
-        n_images = sum(len(_IMG_RE.findall(h)) for h in html)
+        n_images = sum(h.count(tag) for h in html for tag in _IMG_TAGS)
         size, subject = mail.size, mail.subject
         n_attachments, n_recipients = len(mail.attachments), len(mail.to_addrs)
     else:
         n_html, n_plain, n_images, n_attachments, n_recipients = 0, 1, 0, 0, 0
-        hosts, size, subject = url_hosts(text), len(text), ""
+        size, subject = len(text), ""
     subject_capitals = sum(map(subject.count, string.ascii_uppercase))
     subject_letters = subject_capitals + sum(map(subject.count, string.ascii_lowercase))
     vector += [
@@ -160,3 +185,24 @@ def meta_features(mail: ParsedMail | None, text: str, counts: Mapping[str, int])
         float(n_recipients),
     ]
     return vector
+
+
+def _capital_runs(data: bytes) -> tuple[int, int, int]:
+    """(number of runs of A-Z, capitals in all, longest run) without a string per run.
+
+    >>> _capital_runs(b"FREE money for YOU, Ok")
+    (3, 8, 4)
+    """
+    mapped = data.translate(_CAPITALS_AS_A)
+    capitals = mapped.count(b"A")
+    if not capitals:
+        return 0, 0, 0
+    runs = mapped.count(b" A") + mapped.startswith(b"A")
+    shortest_absent, longest = capitals + 1, 1  # the longest run: binary search with `in`
+    while shortest_absent - longest > 1:
+        middle = (longest + shortest_absent) // 2
+        if b"A" * middle in mapped:
+            longest = middle
+        else:
+            shortest_absent = middle
+    return runs, capitals, longest

@@ -44,14 +44,14 @@ class FeaturizerOptions:
 
     # --- tokens ---------------------------------------------------------------------------
     lowercase: bool = True
-    min_token_len: int = 2  # shorter tokens are dropped (letters, digits and symbols alike)
-    max_token_len: int = 40  # longer ones too: base64 debris, hashes, runs of one character
+    min_token_len: int = 2  # shorter words are dropped
+    max_token_len: int = 40  # longer ones too, whole: base64 debris, hashes, one letter repeated
     min_cjk_token_len: int = 1  # a segmented Chinese word of one character is a real word
     numbers: str = "keep"  # "keep" | "drop" | "shape" (digits replaced by 0: "$100" -> "$000")
     url_tokens: bool = True  # URLs also give "url:host" and "url:domain" tokens
     header_tokens: bool = True  # tokens of ``header_fields``, prefixed by the field name
     header_fields: tuple[str, ...] = DEFAULT_HEADER_FIELDS
-    mime_tokens: bool = True  # "mime:text/html", "charset:gb2312", "attach:pdf", ...
+    mime_tokens: bool = True  # "mime:text/html", "charset:gb2312", "attach:.pdf", ...
     stop_lists: tuple[str, ...] = ()  # built-in stop-word lists to drop: "english", "chinese"
     stop_words: tuple[str, ...] = ()  # further words to drop
     bigrams: bool = False  # also count adjacent body-word pairs, as "first second"
@@ -59,6 +59,7 @@ class FeaturizerOptions:
     cjk_hmm: bool = True  # let the segmenter guess words missing from its dictionary
     html: str = "selectolax"  # visible text of HTML parts: "selectolax" | "strip" (a regex)
     default_charset: str = "cp1252"  # for 8-bit text with no usable charset declaration
+    hash_buckets: int = 0  # > 0: tokens become "#<bucket>" of a stable hash (bounded vocabulary)
     # --- numeric meta-features ------------------------------------------------------------
     meta_features: bool = False  # fill Features.numeric (see META_FEATURE_NAMES)
     # --- limits ---------------------------------------------------------------------------
@@ -89,6 +90,8 @@ class FeaturizerOptions:
                 isinstance(value, bool) or not isinstance(value, int | float) or value < 0
             ):
                 raise ValueError(f"{f.name} must be a non-negative number, got {value!r}")
+        if isinstance(self.hash_buckets, bool) or self.hash_buckets < 0:
+            raise ValueError(f"hash_buckets must be 0 (off) or positive, got {self.hash_buckets!r}")
         if self.min_token_len > self.max_token_len:
             raise ValueError("min_token_len must not exceed max_token_len")
         import codecs

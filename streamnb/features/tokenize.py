@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
+from itertools import filterfalse
 
 from streamnb.features.mail import registrable_domain
 from streamnb.features.options import FeaturizerOptions
@@ -40,6 +41,10 @@ _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef"
 _HAN_RUN_RE = re.compile(f"([{_HAN}]+)")
 _HAN_CHAR_RE = re.compile(f"[{_HAN}]")
 _MONEY_RE = re.compile(r"\$\d+")
+# Non-ASCII characters that are never part of a word and are common in mail (no-break space,
+# typographic quotes and dashes, bullets). Replacing them with spaces changes no word, and
+# often leaves ASCII text, which the much faster ASCII-only regex can split.
+_NON_ASCII_SEPARATORS = "\xa0\u2019\u201c\u201d\u2018\u2022\u2014\u2013\u00b7\u2026\u00a9\u00ae"
 # What may follow "scheme://": optional user info, then the host name.
 _URL_HOST_RE = re.compile(r"(?:[^\s/?#@\"'<>]{0,64}@)?([\w-]+(?:\.[\w-]+)+)", re.A)
 _HOST_RE = re.compile(r"[\w-]+(?:\.[\w-]+)+", re.A)
@@ -113,22 +118,54 @@ class Tokenizer:
 
         Stop words, money and number rules are applied by :meth:`count`, not here.
         """
-        if self.options.lowercase:
-            text = text.lower()
+        text = self._prepare(text)
         if text.isascii():
             return self._ascii_word_re.findall(text)
         if not _HAN_CHAR_RE.search(text):
             return self._word_re.findall(text)
-        words: list[str] = []
+        chunks = _HAN_RUN_RE.split(text)  # other text, Han run, other text, Han run, ...
+        segmented = iter(self._segment(" ".join(chunks[1::2])))  # one call for all runs
         find = self._word_re.findall
-        segment = self._segment
         lo, hi = self.options.min_cjk_token_len, self.options.max_token_len
-        for i, chunk in enumerate(_HAN_RUN_RE.split(text)):
-            if i % 2:
-                words += [w for w in segment(chunk) if lo <= len(w) <= hi]
-            elif chunk:
-                words += find(chunk)
+        words: list[str] = []
+        for i, chunk in enumerate(chunks):
+            if not i % 2:
+                if chunk:
+                    words += find(chunk)
+                continue
+            for word in segmented:  # this run's words, up to the " " between runs
+                if word == " ":
+                    break
+                if lo <= len(word) <= hi:
+                    words.append(word)
         return words
+
+    def _prepare(self, text: str) -> str:
+        if self.options.lowercase:
+            text = text.lower()
+        if not text.isascii():
+            for separator in _NON_ASCII_SEPARATORS:
+                if separator in text:
+                    text = text.replace(separator, " ")
+        return text
+
+    def _bag_of_words(self, text: str) -> Counter[str]:
+        """Counts of :meth:`words` without putting Chinese and other words back in order."""
+        text = self._prepare(text)
+        if text.isascii():
+            return Counter(self._ascii_word_re.findall(text))
+        if not _HAN_CHAR_RE.search(text):
+            return Counter(self._word_re.findall(text))
+        chunks = _HAN_RUN_RE.split(text)
+        counts = Counter(self._word_re.findall(" ".join(chunks[0::2])))
+        chinese = self._segment(" ".join(chunks[1::2]))
+        counts.update(chinese)  # a list: counted in C, where a Counter would loop in Python
+        counts.pop(" ", None)
+        lo, hi = self.options.min_cjk_token_len, self.options.max_token_len
+        if lo > 1 or max(map(len, chinese), default=0) > hi:
+            for word in {w for w in chinese if not lo <= len(w) <= hi}:
+                counts.pop(word, None)
+        return counts
 
     def count(
         self,
@@ -142,25 +179,28 @@ class Tokenizer:
         At most ``max_tokens`` words are counted; ``on_cut`` is called if that cut the text.
         ``urls=False`` leaves URL tokens to the caller (a mail takes them from its HTML).
         """
+        return self.count_words(text, max_tokens, on_cut, urls)[0]
+
+    def count_words(
+        self,
+        text: str,
+        max_tokens: int | None = None,
+        on_cut: Callable[[], None] | None = None,
+        urls: bool = True,
+    ) -> tuple[Counter[str], int]:
+        """:meth:`count`, and the number of words read (stop words included, bigrams not)."""
         options = self.options
-        words = self.words(text)
-        if max_tokens is not None and len(words) > max_tokens:
-            words = words[:max_tokens]
-            if on_cut is not None:
-                on_cut()
-        if options.numbers != "keep":
-            words = self._numbers(words)
-        if options.bigrams:
-            if self._stop:
-                stop = self._stop
-                words = [w for w in words if w not in stop]
-            counts = Counter(words)
-            counts.update(map(" ".join, zip(words, words[1:], strict=False)))
-        else:
-            counts = Counter(words)
-            if self._stop:  # the stop list is short, the counts may be long
+        counts = None
+        if not options.bigrams and options.numbers == "keep":
+            counts = self._bag_of_words(text)  # the fast path: order does not matter
+            n_words = counts.total()
+            if max_tokens is not None and n_words > max_tokens:
+                counts = None  # cut in order, below
+            elif self._stop:  # the stop list is short, the counts may be long
                 for word in [w for w in self._stop if w in counts]:
                     del counts[word]
+        if counts is None:
+            counts, n_words = self._count_in_order(text, max_tokens, on_cut)
         if "$" in text and options.numbers != "drop":
             money = _MONEY_RE.findall(text)
             if options.numbers == "shape":
@@ -168,7 +208,25 @@ class Tokenizer:
             counts.update(money)
         if urls and options.url_tokens:
             counts.update(url_tokens(url_hosts(text)))
-        return counts
+        return counts, n_words
+
+    def _count_in_order(
+        self, text: str, max_tokens: int | None, on_cut: Callable[[], None] | None
+    ) -> tuple[Counter[str], int]:
+        words = self.words(text)
+        if max_tokens is not None and len(words) > max_tokens:
+            words = words[:max_tokens]
+            if on_cut is not None:
+                on_cut()
+        n_words = len(words)
+        if self.options.numbers != "keep":
+            words = self._numbers(words)
+        if self._stop:
+            words = list(filterfalse(self._stop.__contains__, words))  # C-level loop
+        counts = Counter(words)
+        if self.options.bigrams:
+            counts.update(map(" ".join, zip(words, words[1:], strict=False)))
+        return counts, n_words
 
     def prefixed(self, prefix: str, text: str) -> list[str]:
         """The words of ``text`` (stop words kept) as ``prefix:word`` tokens."""
