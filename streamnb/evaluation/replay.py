@@ -152,19 +152,18 @@ def class_scores(log_proba: Sequence[dict[str, float]], label: str) -> np.ndarra
     """Log-odds log P(label) − log P(not label) of each prediction: the ranking score.
 
     From log-probabilities, so messages the model is sure about still keep their order.
-    A label the model had not yet seen scores −inf; a prediction with no class known yet
-    (the very first message) scores 0.
+    A prediction over fewer than two known classes scores 0: a model that has learned one
+    class only (the first messages of a stream) has no odds to give, and its "probability 1"
+    for that class is no evidence. A label missing beside two or more known classes scores
+    −inf.
     """
     scores = np.empty(len(log_proba))
     for i, lp in enumerate(log_proba):
-        if not lp:
+        if len(lp) < 2:
             scores[i] = 0.0
             continue
         mine = lp.get(label, -math.inf)
         others = [v for c, v in lp.items() if c != label]
-        if not others:
-            scores[i] = math.inf if mine > -math.inf else 0.0
-            continue
         top = max(others)
         rest = top + math.log(sum(math.exp(v - top) for v in others)) if top > -math.inf else top
         scores[i] = mine - rest

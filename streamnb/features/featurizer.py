@@ -140,12 +140,16 @@ class Featurizer:
     def _header_tokens(self, mail: ParsedMail) -> list[str]:
         tokens: list[str] = []
         prefixed = self.tokenizer.prefixed
-        for name in self.options.header_fields:
+        names = self.options.header_fields
+        if "*" in names:  # every header of the message, in the order first seen
+            names = tuple(dict.fromkeys(n for n in (*names, *mail.headers) if n != "*"))
+        for name in names:
             for value in mail.headers.get(name, ()):
                 prefix = name + ":"
                 if name in _ADDRESS_FIELDS and "@" in value:
                     tokens += _address_tokens(prefix, value)
-                    value = _strip_addresses(value)
+                    if not self.options.address_words:
+                        value = _strip_addresses(value)
                 tokens += prefixed(prefix, value)
         return tokens
 

@@ -239,6 +239,8 @@ def _header_re(names: tuple[str, ...]) -> re.Pattern[bytes]:
 
 @lru_cache(maxsize=32)
 def _wanted_headers(header_fields: tuple[str, ...]) -> re.Pattern[bytes]:
+    if "*" in header_fields:  # every field: any name of printable characters but the colon
+        return re.compile(rb"^([!-9;-~]+)[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)", re.M)
     return _header_re(tuple(dict.fromkeys(_ALWAYS_READ + header_fields)))
 
 

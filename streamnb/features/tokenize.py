@@ -3,8 +3,11 @@
 Rules (each an option of :class:`~streamnb.features.options.FeaturizerOptions`):
 
 * a word is a run of Unicode letters, digits, marks and ``_`` that starts with a letter or
-  digit (so ``____`` rules are not words); punctuation and spaces split words;
-* runs of Han characters go to a Chinese segmenter (rjieba by default) instead;
+  digit (so ``____`` rules are not words); punctuation and spaces split words, except the
+  ``word_joiners`` (``-``) inside a word and before a letter: ``click-here`` stays whole,
+  ``555-1234`` does not (``join_digits`` joins it too);
+* runs of Han characters go to a Chinese segmenter (rjieba by default) instead
+  (``cjk_runs`` also keeps the whole run, ``cjk_bigrams`` each pair of adjacent characters);
 * text is lower-cased first (``lowercase``);
 * words shorter than ``min_token_len`` or longer than ``max_token_len`` are dropped whole
   (segmented Chinese words use ``min_cjk_token_len``);
@@ -16,10 +19,10 @@ Rules (each an option of :class:`~streamnb.features.options.FeaturizerOptions`):
 
 >>> tok = Tokenizer(FeaturizerOptions(bigrams=True))
 >>> sorted(tok.count("Get $100 NOW, at http://www.Cheap-Pills.com/buy!").items())
-[('$100', 1), ('100', 1), ('100 now', 1), ('at', 1), ('at http', 1), ('buy', 1), ('cheap', 1),
- ('cheap pills', 1), ('com', 1), ('com buy', 1), ('get', 1), ('get 100', 1), ('http', 1),
- ('http www', 1), ('now', 1), ('now at', 1), ('pills', 1), ('pills com', 1),
- ('url:cheap-pills.com', 1), ('url:www.cheap-pills.com', 1), ('www', 1), ('www cheap', 1)]
+[('$100', 1), ('100', 1), ('100 now', 1), ('at', 1), ('at http', 1), ('buy', 1),
+ ('cheap-pills', 1), ('cheap-pills com', 1), ('com', 1), ('com buy', 1), ('get', 1),
+ ('get 100', 1), ('http', 1), ('http www', 1), ('now', 1), ('now at', 1),
+ ('url:cheap-pills.com', 1), ('url:www.cheap-pills.com', 1), ('www', 1), ('www cheap-pills', 1)]
 >>> tok.words("我司可办理正规发票（保真）17%增值税发票点数优惠！")
 ['我司', '可', '办理', '正规', '发票', '保真', '17', '增值税', '发票', '点数', '优惠']
 """
@@ -101,6 +104,11 @@ class Tokenizer:
         # Length bounds live in the regex, so no Python loop looks at each word: a run longer
         # than ``hi`` has no word boundary after ``hi`` characters and is skipped whole.
         word = rf"\b[^\W_]\w{{{lo - 1},{hi - 1}}}\b"
+        self._joined = bool(options.word_joiners)
+        if self._joined:  # joiners only inside: "click-here-" is "click-here"
+            inner = re.escape(options.word_joiners)
+            word = (rf"[^\W_](?:[\w{inner}]*[^\W_])?" if options.join_digits
+                    else rf"[^\W_]\w*(?:[{inner}]+[^\W\d_]\w*)*")
         self._word_re = re.compile(word)
         self._ascii_word_re = re.compile(word, re.ASCII)  # same words, faster on ASCII text
         stop: set[str] = set(options.stop_words)
@@ -118,27 +126,43 @@ class Tokenizer:
 
         Stop words, money and number rules are applied by :meth:`count`, not here.
         """
+        options = self.options
         text = self._prepare(text)
         if text.isascii():
-            return self._ascii_word_re.findall(text)
+            return self._bounded(self._ascii_word_re.findall(text))
         if not _HAN_CHAR_RE.search(text):
-            return self._word_re.findall(text)
+            return self._bounded(self._word_re.findall(text))
         chunks = _HAN_RUN_RE.split(text)  # other text, Han run, other text, Han run, ...
         segmented = iter(self._segment(" ".join(chunks[1::2])))  # one call for all runs
         find = self._word_re.findall
-        lo, hi = self.options.min_cjk_token_len, self.options.max_token_len
+        lo, hi = options.min_cjk_token_len, options.max_token_len
+        whole_runs = options.cjk_runs or options.cjk_bigrams
         words: list[str] = []
         for i, chunk in enumerate(chunks):
             if not i % 2:
                 if chunk:
-                    words += find(chunk)
+                    words += self._bounded(find(chunk))
                 continue
+            pieces = 0
             for word in segmented:  # this run's words, up to the " " between runs
                 if word == " ":
                     break
+                pieces += 1
                 if lo <= len(word) <= hi:
                     words.append(word)
+            if whole_runs:
+                if options.cjk_runs and pieces > 1:
+                    words.append(chunk[:hi])
+                if options.cjk_bigrams:
+                    words += map("".join, zip(chunk, chunk[1:], strict=False))
         return words
+
+    def _bounded(self, words: list[str]) -> list[str]:
+        """Words within the length bounds (the plain word regex has them built in)."""
+        if not self._joined:
+            return words
+        lo, hi = self.options.min_token_len, self.options.max_token_len
+        return [w for w in words if lo <= len(w) <= hi]
 
     def _prepare(self, text: str) -> str:
         if self.options.lowercase:
@@ -151,13 +175,15 @@ class Tokenizer:
 
     def _bag_of_words(self, text: str) -> Counter[str]:
         """Counts of :meth:`words` without putting Chinese and other words back in order."""
+        if self.options.cjk_runs or self.options.cjk_bigrams:
+            return Counter(self.words(text))
         text = self._prepare(text)
         if text.isascii():
-            return Counter(self._ascii_word_re.findall(text))
+            return Counter(self._bounded(self._ascii_word_re.findall(text)))
         if not _HAN_CHAR_RE.search(text):
-            return Counter(self._word_re.findall(text))
+            return Counter(self._bounded(self._word_re.findall(text)))
         chunks = _HAN_RUN_RE.split(text)
-        counts = Counter(self._word_re.findall(" ".join(chunks[0::2])))
+        counts = Counter(self._bounded(self._word_re.findall(" ".join(chunks[0::2]))))
         chinese = self._segment(" ".join(chunks[1::2]))
         counts.update(chinese)  # a list: counted in C, where a Counter would loop in Python
         counts.pop(" ", None)
@@ -245,7 +271,12 @@ def _segmenter(name: str, hmm: bool) -> Callable[[str], list[str]]:
     if name == "jieba":
         import logging
 
-        import jieba
+        try:
+            import jieba
+        except ImportError:
+            raise ValueError(
+                "cjk_segmenter = 'jieba' needs the jieba package: pip install 'streamnb[jieba]'"
+            ) from None
 
         jieba.setLogLevel(logging.WARNING)
         return lambda text: jieba.lcut(text, HMM=hmm)

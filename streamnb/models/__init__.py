@@ -20,7 +20,7 @@ from typing import Any
 from streamnb.models._base import STATE_VERSION, Model, ModelInputError, StateError
 from streamnb.models.bernoulli import BernoulliNB
 from streamnb.models.gda import GDA
-from streamnb.models.multinomial import MultinomialNB
+from streamnb.models.multinomial import TEXTBOOK_OPTIONS, MultinomialNB
 
 __all__ = [
     "BernoulliNB",
@@ -31,6 +31,7 @@ __all__ = [
     "MultinomialNB",
     "STATE_VERSION",
     "StateError",
+    "TEXTBOOK_OPTIONS",
     "make_model",
     "model_from_state",
 ]

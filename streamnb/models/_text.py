@@ -57,14 +57,17 @@ class TextModel(Model):
     """Base of :class:`MultinomialNB` and :class:`BernoulliNB` (token-count inputs)."""
 
     numeric_input: ClassVar[bool] = False
-    _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "top_k", "n_buckets")
+    _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "top_k", "temperature", "n_buckets")
     #: Options that change what is counted (models differing in them cannot be merged).
     _COUNTING_OPTIONS: ClassVar[tuple[str, ...]] = ("n_buckets",)
 
     def __init__(self, alpha: float = 1.0, *, top_k: int | None = None,
-                 n_buckets: int | None = None):
+                 temperature: float = 1.0, n_buckets: int | None = None):
         self.alpha = check_positive("alpha", alpha)
         self.top_k = check_optional_int("top_k", top_k)
+        # Scores are divided by the temperature before they are normalised: the ranking and
+        # the decision stay the same, only the probabilities soften (see docs/accuracy.md).
+        self.temperature = check_positive("temperature", temperature)
         self.n_buckets = check_optional_int("n_buckets", n_buckets)
         self._index: dict[Any, int] = {}
         self._keys: list = []
@@ -368,7 +371,7 @@ class TextModel(Model):
     def _tracks_updates(self) -> bool:
         return type(self)._after_update is not TextModel._after_update
 
-    def _short_log_joint(self, x: dict) -> dict[str, float] | None:
+    def _short_log_joint(self, x: dict, top_k: int | None) -> dict[str, float] | None:
         """Per-class log joint scores of a short message in plain Python (None: not here).
 
         The same operations in the same order as the array path: terms per token in message
@@ -391,11 +394,12 @@ class TextModel(Model):
                 if row is not None and nnz.item(row) > 0:
                     rows.append(row)
                     values.append(value)
-        return self._short_scores(rows, values, self._active_columns())
+        return self._short_scores(rows, values, self._active_columns(), top_k)
 
-    def _short_scores(self, rows: list, values: list, columns: np.ndarray
+    def _short_scores(self, rows: list, values: list, columns: np.ndarray, top_k: int | None
                       ) -> dict[str, float] | None:
-        """The class scores from the in-vocabulary rows and counts, in message order."""
+        """The class scores from the in-vocabulary rows and counts, in message order (None:
+        a case this path leaves to the array path, such as a top-k selection)."""
         return None
 
     def _short_log_prior(self, columns: list) -> list | None:
@@ -450,6 +454,10 @@ class TextModel(Model):
     def _scoring_values(self, values: np.ndarray) -> np.ndarray:
         return values
 
+    def _weigh(self, values: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        """The weight of each scored token's term (its count, or a transform of it)."""
+        return values
+
     def _token_scores(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         """Per-token, per-class log terms (shape tokens x classes) whose weighted sum scores."""
         raise NotImplementedError
@@ -457,6 +465,11 @@ class TextModel(Model):
     def _base_scores(self, columns: np.ndarray) -> np.ndarray:
         """The per-class score of a message before its tokens' terms (prior included)."""
         raise NotImplementedError
+
+    def _may_leave_tokens_out(self, n_tokens: int, top_k: int | None) -> bool:
+        """Whether :meth:`_select_top_k` may drop some of ``n_tokens`` scored tokens (their
+        terms are then computed first)."""
+        return top_k is not None and n_tokens > top_k
 
     def _select_top_k(self, terms: np.ndarray, top_k: int | None) -> np.ndarray | None:
         """Indices of the ``top_k`` tokens whose terms differ most between classes."""
@@ -483,15 +496,17 @@ class TextModel(Model):
         return (keys, *scored)
 
     def _score_rows(self, columns, known, values, rows, top_k, want_terms):
-        """Per-class log joint scores from the in-vocabulary tokens, and for top-k or
-        ``want_terms`` the per-token terms; ``(known, chosen)`` say which of the message's
-        keys were in V and which of those top-k kept (None: all)."""
+        """Per-class log joint scores from the in-vocabulary tokens, the weight of each scored
+        token's term (:meth:`_weigh`), and for a token selection (top-k) or ``want_terms`` the
+        per-token terms; ``(known, chosen)`` say which of the message's keys were in V and
+        which of those the selection kept (None: all)."""
         terms = chosen = None
-        if want_terms or (top_k is not None and rows.size > top_k):
+        if want_terms or self._may_leave_tokens_out(rows.size, top_k):
             terms = self._token_scores(rows, columns)
             chosen = self._select_top_k(terms, top_k)
             if chosen is not None:
                 terms, values, rows = terms[chosen], values[chosen], rows[chosen]
+        values = self._weigh(values, rows, columns)
         scores = self._joint_scores(rows, values, columns)
         return columns, (known, chosen), values, terms, scores
 
@@ -529,13 +544,15 @@ class TextModel(Model):
             return {}
         if top_k is None:
             top_k = self.top_k
-        if short is not None and (top_k is None or len(short) <= top_k):
-            scores = self._short_log_joint(short)
+        if short is not None:
+            scores = self._short_log_joint(short, top_k)
             if scores is not None:
-                return log_normalise(scores)
+                temperature = self.temperature
+                return log_normalise({label: score / temperature
+                                      for label, score in scores.items()})
         _, columns, _, _, _, scores = self._score(x, top_k)
-        return log_normalise(dict(zip((self._labels[c] for c in columns), scores.tolist(),
-                                      strict=True)))
+        return log_normalise(dict(zip((self._labels[c] for c in columns),
+                                      (scores / self.temperature).tolist(), strict=True)))
 
     def explain(self, x: Mapping[str, float], top_k: int | None = None) -> dict[str, Any]:
         """How each token of ``x`` moved the decision.
@@ -545,7 +562,7 @@ class TextModel(Model):
         absent-word term of the whole vocabulary), ``tokens[t][c]`` the log term token ``t``
         adds for class ``c`` (strongest tokens first), and ``ignored`` the tokens outside the
         vocabulary or left out by top-k. ``base[c] + sum_t tokens[t][c]`` is class ``c``'s log
-        joint score, which ``log_proba`` normalises.
+        joint score, which ``log_proba`` normalises after dividing it by ``temperature``.
         """
         if self._active_columns().size == 0:
             self._encode(x)
@@ -565,7 +582,8 @@ class TextModel(Model):
         names = self._names_of_keys(x)
         tokens = {names.get(keys[i], keys[i]): dict(zip(labels, contributions[i].tolist(),
                                                          strict=True)) for i in order}
-        log_proba = log_normalise(dict(zip(labels, scores.tolist(), strict=True)))
+        log_proba = log_normalise(dict(zip(labels, (scores / self.temperature).tolist(),
+                                           strict=True)))
         used = set(keys)
         ignored = sorted(str(t) for t in x if self._bucket_of(t) not in used)
         return {

@@ -48,8 +48,8 @@ class BernoulliNB(TextModel):
     kind: ClassVar[str] = "bernoulli"
 
     def __init__(self, alpha: float = 1.0, *, top_k: int | None = None,
-                 n_buckets: int | None = None):
-        super().__init__(alpha, top_k=top_k, n_buckets=n_buckets)
+                 temperature: float = 1.0, n_buckets: int | None = None):
+        super().__init__(alpha, top_k=top_k, temperature=temperature, n_buckets=n_buckets)
         self._hist: list[np.ndarray] = []  # per class: m_k for k >= 1 at index k
         self._hist_negative: list[dict[int, int]] = []  # m_k for k < 0 (slices only)
         self._hist_nonzero = np.zeros(0, dtype=np.int64)  # per class: Σ_{k≠0} m_k
@@ -145,10 +145,12 @@ class BernoulliNB(TextModel):
     def _trains_on_counts(self) -> bool:
         return False
 
-    def _short_scores(self, rows: list, values: list, columns: np.ndarray
+    def _short_scores(self, rows: list, values: list, columns: np.ndarray, top_k: int | None
                       ) -> dict[str, float] | None:
         # The operations of _token_scores and _joint_scores in the same order: the same
         # elementwise logs, then each class's sum left to right from 0.0 (as einsum does).
+        if top_k is not None and len(rows) > top_k:
+            return None
         base = self._base_scores(columns).tolist()
         labels = self._labels
         active = columns.tolist()

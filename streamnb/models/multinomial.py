@@ -10,6 +10,25 @@ A message scores log π_c + Σ_k x_k log θ_k|c.
 - ``"mixed"``: every occurrence when training, once when scoring (x_k ∈ {0, 1});
 - ``"binary"`` (boolean multinomial): once per message in both (N_kc counts messages).
 
+Scoring options (they change how the counts become a score, never what is counted, so models
+that differ only in them hold the same statistics and can be merged):
+
+- ``top_k``: score only the message's k tokens whose terms differ most between classes (seed 003);
+- ``complement``: estimate θ_k|c from the messages *not* in c and score −Σ_k x_k log θ_k|¬c
+  (complement NB, Rennie et al. 2003);
+- ``tf = "log"``: weigh each term by log(1 + x_k) instead of x_k;
+- ``idf``: weigh each term by ln((1 + N) / (1 + df_k)) + 1, where N counts the learned messages
+  and df_k the messages holding k (exact under ``repeated_words = "binary"``; with occurrence
+  counts, the occurrences stand in for df_k);
+- ``length_norm``: divide the weights of the scored terms by their Euclidean norm;
+- ``min_spread``: leave out tokens whose terms differ by less than this between classes
+  (like bogofilter's ``min_dev``, so weak evidence does not dilute the normalised score);
+- ``combining = "robinson"``: instead of the NB sum, Robinson's f(w) (prior ``robinson_x`` of
+  strength ``robinson_s``, tokens with |f − ½| ≤ ``min_dev`` left out) joined by Fisher's χ²
+  method (:mod:`streamnb.models.combining`), from the same per-class document counts; the
+  weighting options above do not apply to it;
+- ``temperature``: divide the log joint scores by T before normalising (calibration).
+
 Predict cost is O(tokens in the message × classes); it does not grow with the vocabulary.
 """
 
@@ -22,40 +41,88 @@ from typing import ClassVar
 
 import numpy as np
 
+from streamnb.models._base import check_positive
 from streamnb.models._text import TextModel
+from streamnb.models.combining import log_robinson_indicator, robinson_f
 
-__all__ = ["MultinomialNB"]
+__all__ = ["TEXTBOOK_OPTIONS", "MultinomialNB"]
 
 REPEATED_WORDS = ("count", "mixed", "binary")
+TF_TRANSFORMS = ("raw", "log")
+COMBINING = ("nb", "robinson")
+
+#: The textbook multinomial NB of seed 003 (occurrence counts, Laplace smoothing, every token
+#: scored, no transform, temperature 1): what scikit-learn's MultinomialNB computes.
+TEXTBOOK_OPTIONS = {"alpha": 1.0, "repeated_words": "count", "top_k": None, "temperature": 1.0,
+                    "complement": False, "tf": "raw", "idf": False, "length_norm": False,
+                    "min_spread": 0.0, "combining": "nb"}
+
+
+def _spread(log_counts: list, log_denominators: list) -> float:
+    """max − min over the classes of a token's terms log(N_kc + α) − log(N_c + α|V|)."""
+    terms = [lc - ld for lc, ld in zip(log_counts, log_denominators, strict=True)]
+    return max(terms) - min(terms)
 
 
 class MultinomialNB(TextModel):
     """Multinomial Naive Bayes over token counts, learned and unlearned one message at a time.
 
-    >>> model = MultinomialNB(alpha=1.0)
+    >>> model = MultinomialNB(**TEXTBOOK_OPTIONS)   # alpha=1, repeated_words="count", ...
     >>> model.learn_one({"cheap": 2, "pills": 1}, "spam")
     >>> model.learn_one({"meeting": 1, "notes": 1}, "ham")
     >>> model.predict_one({"cheap": 1})
     'spam'
     >>> model.predict_proba_one({"cheap": 1})["spam"]   # (3/7) / (3/7 + 1/6), |V| = 4
     0.72
+    >>> tuned = MultinomialNB()   # defaults: boolean counts, α = 0.2, idf, length_norm, ...
+    >>> tuned.learn_many([{"cheap": 2, "pills": 1}, {"meeting": 1, "notes": 1}], ["spam", "ham"])
+    >>> round(tuned.predict_proba_one({"cheap": 1})["spam"], 3)   # odds 1.2 / 0.2
+    0.857
     >>> model.unlearn_one({"meeting": 1, "notes": 1}, "ham")
     >>> model.classes
     ['spam']
     """
 
     kind: ClassVar[str] = "multinomial"
-    _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "repeated_words", "top_k", "n_buckets")
+    _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "repeated_words", "top_k", "temperature",
+                                           "complement", "tf", "idf", "length_norm",
+                                           "min_spread", "combining", "robinson_s",
+                                           "robinson_x", "min_dev", "n_buckets")
     _COUNTING_OPTIONS: ClassVar[tuple[str, ...]] = ("n_buckets", "counts_occurrences")
 
-    def __init__(self, alpha: float = 1.0, *, repeated_words: str = "count",
-                 top_k: int | None = None, n_buckets: int | None = None):
+    # The defaults are the configuration that ranked spam best on the mail and SMS streams
+    # measured in docs/accuracy.md; TEXTBOOK_OPTIONS gives the plain model of seed 003.
+    def __init__(self, alpha: float = 0.2, *, repeated_words: str = "binary",
+                 top_k: int | None = None, temperature: float = 1.0, complement: bool = False,
+                 tf: str = "raw", idf: bool = True, length_norm: bool = True,
+                 min_spread: float = 0.5, combining: str = "nb", robinson_s: float = 0.0178,
+                 robinson_x: float = 0.52, min_dev: float = 0.375,
+                 n_buckets: int | None = None):
         if repeated_words not in REPEATED_WORDS:
             raise ValueError(
                 f"option 'repeated_words' must be one of {REPEATED_WORDS}, got {repeated_words!r}"
             )
+        if tf not in TF_TRANSFORMS:
+            raise ValueError(f"option 'tf' must be one of {TF_TRANSFORMS}, got {tf!r}")
+        for name, flag in (("complement", complement), ("idf", idf), ("length_norm", length_norm)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"option {name!r} must be true or false, got {flag!r}")
         self.repeated_words = repeated_words
-        super().__init__(alpha, top_k=top_k, n_buckets=n_buckets)
+        self.complement = complement
+        self.tf = tf
+        self.idf = idf
+        self.length_norm = length_norm
+        self.min_spread = check_positive("min_spread", min_spread, allow_zero=True)
+        if combining not in COMBINING:
+            raise ValueError(f"option 'combining' must be one of {COMBINING}, got {combining!r}")
+        self.combining = combining
+        # bogofilter's defaults for s, x and min_dev.
+        self.robinson_s = check_positive("robinson_s", robinson_s)
+        self.robinson_x = check_positive("robinson_x", robinson_x)
+        self.min_dev = check_positive("min_dev", min_dev, allow_zero=True)
+        if not 0 < self.robinson_x < 1 or self.min_dev >= 0.5:
+            raise ValueError("options need 0 < robinson_x < 1 and min_dev < 0.5")
+        super().__init__(alpha, top_k=top_k, temperature=temperature, n_buckets=n_buckets)
 
     @property
     def counts_occurrences(self) -> bool:
@@ -75,15 +142,91 @@ class MultinomialNB(TextModel):
         if not rows.size:
             return np.zeros((0, columns.size))
         counts = self._gather(rows, columns)
+        if self.complement:
+            others = counts.sum(axis=1, keepdims=True) - counts
+            totals = self._totals[columns]
+            return np.log(totals.sum() - totals + self.alpha * self._vocab) - np.log(
+                others + self.alpha)
         return np.log(counts + self.alpha) - self._log_denominators(columns)
 
+    def _score_rows(self, columns, known, values, rows, top_k, want_terms):
+        if self.combining == "nb":
+            return super()._score_rows(columns, known, values, rows, top_k, want_terms)
+        return self._robinson_rows(columns, known, rows)
+
+    def _robinson_rows(self, columns, known, rows):
+        """Scores log I_c (one class against the rest); terms are log f_c(w) of kept tokens,
+        each weighted 1 (``_score_rows``'s results, top_k not applied)."""
+        counts = self._gather(rows, columns)
+        n_docs = self._n_docs[columns]
+        if (counts < 0).any() or (n_docs < 0).any():
+            raise ValueError(
+                "this state has negative counts (a partial slice?): only a sum of slices "
+                "can be scored"
+            )
+        holding = counts.sum(axis=1)
+        f = np.empty_like(counts)
+        for j in range(columns.size):
+            f[:, j] = robinson_f(counts[:, j], holding - counts[:, j], float(n_docs[j]),
+                                 float(n_docs.sum() - n_docs[j]), self.robinson_s,
+                                 self.robinson_x)
+        if columns.size == 2:
+            # Two classes: one indicator I for the class whose label sorts last ("spam" of
+            # ham/spam, "1" of 0/1) and 1 - I for the other, whatever order they were learned.
+            pos = int(self._labels[columns[1]] > self._labels[columns[0]])
+            keep = np.abs(f[:, pos] - 0.5) > self.min_dev
+            log_i, log_not_i = log_robinson_indicator(f[keep, pos])
+            scores = np.array([log_not_i, log_i] if pos else [log_i, log_not_i])
+            fk = f[keep, pos]
+            terms = np.column_stack([np.log1p(-fk), np.log(fk)] if pos else
+                                    [np.log(fk), np.log1p(-fk)])
+        else:
+            keep = (np.abs(f - 0.5) > self.min_dev).any(axis=1)
+            scores = np.array([log_robinson_indicator(f[np.abs(f[:, j] - 0.5) > self.min_dev,
+                                                        j])[0] for j in range(columns.size)])
+            terms = np.log(f[keep])
+        chosen = None if keep.all() else np.flatnonzero(keep)
+        ones = np.ones(terms.shape[0])
+        return columns, (known, chosen), ones, terms, scores
+
+    def _may_leave_tokens_out(self, n_tokens: int, top_k: int | None) -> bool:
+        return (self.min_spread > 0 and n_tokens > 0) or super()._may_leave_tokens_out(
+            n_tokens, top_k)
+
+    def _select_top_k(self, terms: np.ndarray, top_k: int | None) -> np.ndarray | None:
+        if not self.min_spread or not terms.shape[0]:
+            return super()._select_top_k(terms, top_k)
+        strong = np.flatnonzero(terms.max(axis=1) - terms.min(axis=1) >= self.min_spread)
+        if strong.size == terms.shape[0]:
+            return super()._select_top_k(terms, top_k)
+        chosen = super()._select_top_k(terms[strong], top_k)
+        return strong if chosen is None else strong[chosen]
+
+    def _weigh(self, values: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        if self.tf == "log":
+            values = np.log1p(values)
+        if self.idf and values.size:
+            df = self._gather(rows, columns).sum(axis=1)
+            n = self._n_docs[columns].sum()
+            values = values * np.maximum(np.log((1.0 + n) / (1.0 + df)) + 1.0, 0.0)
+        if self.length_norm and values.size:
+            # einsum, not a BLAS dot, for the same bits whatever the memory alignment
+            norm = math.sqrt(float(np.einsum("i,i->", values, values)))
+            if norm > 0:
+                values = values / norm
+        return values
+
     def _base_scores(self, columns: np.ndarray) -> np.ndarray:
+        if self.combining == "robinson":  # no prior: the indicator is the whole score
+            return np.zeros(columns.size)
         return self._log_prior(columns)
 
     def _joint_scores(self, rows: np.ndarray, values: np.ndarray, columns: np.ndarray
                       ) -> np.ndarray:
         # Σ_k x_k log θ_kc = Σ_k x_k log(N_kc + α) − (Σ_k x_k) log(N_c + α|V|): the
         # denominator is applied once per class instead of once per token.
+        if self.complement:  # one denominator per token and class: the general sum
+            return super()._joint_scores(rows, values, columns)
         if not rows.size:
             return self._log_prior(columns).copy()
         scores = self._log_prior(columns) - values.sum() * self._log_denominators(columns)
@@ -96,10 +239,14 @@ class MultinomialNB(TextModel):
     def _trains_on_counts(self) -> bool:
         return self.counts_occurrences
 
-    def _short_scores(self, rows: list, values: list, columns: np.ndarray
+    def _short_scores(self, rows: list, values: list, columns: np.ndarray, top_k: int | None
                       ) -> dict[str, float] | None:
-        # The operations of _joint_scores in the same order: the same elementwise log, then
-        # each class's sum left to right from 0.0 (as einsum sums these shapes).
+        # The operations of _score_rows, _weigh and _joint_scores in the same order: the same
+        # elementwise logs on the same gathered counts, each class's sum left to right from
+        # 0.0 (as einsum sums these shapes), and numpy itself for the two sums over a
+        # message's weights whose order numpy chooses.
+        if self.complement or self.combining != "nb":
+            return None
         active = columns.tolist()
         log_prior = self._short_log_prior(active)
         if log_prior is None:
@@ -109,16 +256,55 @@ class MultinomialNB(TextModel):
             return {labels[c]: lp for c, lp in zip(active, log_prior, strict=True)}
         if self.repeated_words != "count":
             values = [1] * len(rows)
-        n_tokens = float(sum(values))
         alpha = self.alpha
         smoothing = alpha * self._vocab
         totals = self._totals.tolist()
-        log_counts = np.log(self._counts.take(rows, axis=0) + alpha).T.tolist()
-        scores = {}
-        for c, lp in zip(active, log_prior, strict=True):
-            terms = reduce(add, map(mul, values, log_counts[c]), 0.0)
-            scores[labels[c]] = (lp - n_tokens * math.log(totals[c] + smoothing)) + terms
-        return scores
+        log_denominators = [math.log(totals[c] + smoothing) for c in active]
+        counts = self._counts.take(rows, axis=0)
+        if columns.size != counts.shape[1]:
+            counts = np.ascontiguousarray(counts[:, columns])  # the layout _gather gives
+        log_counts = np.log(counts + alpha).tolist()  # per token, per active class
+        if self.min_spread:
+            min_spread = self.min_spread
+            if len(active) == 2:  # max − min of two terms is |t0 − t1|, the same float
+                ld0, ld1 = log_denominators
+                kept = [i for i, (lc0, lc1) in enumerate(log_counts)
+                        if abs((lc0 - ld0) - (lc1 - ld1)) >= min_spread]
+            else:
+                kept = [i for i, lc in enumerate(log_counts)
+                        if _spread(lc, log_denominators) >= min_spread]
+            if len(kept) < len(rows):
+                rows = [rows[i] for i in kept]
+                values = [values[i] for i in kept]
+                log_counts = [log_counts[i] for i in kept]
+                counts = counts[kept]
+        if top_k is not None and len(rows) > top_k:
+            return None  # a top-k selection: the array path ranks the tokens
+        if not rows:
+            return {labels[c]: lp for c, lp in zip(active, log_prior, strict=True)}
+        weighted = self.tf == "log" or self.idf or self.length_norm
+        if self.tf == "log":
+            values = [math.log1p(v) for v in values]
+        if self.idf:
+            n = float(sum(self._n_docs.tolist()[c] for c in active))  # integers: exact
+            values = [v * max(math.log((1.0 + n) / (1.0 + df)) + 1.0, 0.0)
+                      for v, df in zip(values, counts.sum(axis=1).tolist(), strict=True)]
+        if weighted:
+            array = np.array(values, dtype=np.float64)
+            if self.length_norm:
+                norm = math.sqrt(float(np.einsum("i,i->", array, array)))
+                if norm > 0:
+                    values = [v / norm for v in values]
+                    array = array / norm
+            weight = float(array.sum())
+        else:
+            weight = float(sum(values))  # integers: exact in any order
+        by_class = list(zip(*log_counts, strict=True))
+        return {
+            labels[c]: (lp - weight * ld) + reduce(add, map(mul, values, by_class[j]), 0.0)
+            for j, (c, lp, ld) in enumerate(zip(active, log_prior, log_denominators,
+                                                strict=True))
+        }
 
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]

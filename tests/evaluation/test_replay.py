@@ -94,8 +94,13 @@ def test_log_odds_keep_order_where_probabilities_saturate():
     np.testing.assert_allclose(scores, [800.0, 700.0])
 
 
-def test_class_scores_before_a_class_is_known():
-    assert class_scores([{}, {"ham": 0.0}], "spam").tolist() == [0.0, -math.inf]
+def test_class_scores_before_two_classes_are_known():
+    assert class_scores([{}, {"ham": 0.0}, {"spam": 0.0}], "spam").tolist() == [0.0, 0.0, 0.0]
+
+
+def test_class_scores_of_a_label_missing_beside_known_classes():
+    lp = [{"ham": math.log(0.5), "other": math.log(0.5)}]
+    assert class_scores(lp, "spam").tolist() == [-math.inf]
 
 
 def test_choose_positive():

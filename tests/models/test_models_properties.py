@@ -10,7 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamnb.models import GDA, make_model, model_from_state
+from streamnb.models import GDA, TEXTBOOK_OPTIONS, model_from_state
+from streamnb.models import make_model as _make_model
+
+
+def make_model(kind, **options):
+    """The textbook multinomial (the formulas below) whatever the defaults are."""
+    if kind == "multinomial":
+        options = {**TEXTBOOK_OPTIONS, **options}
+    return _make_model(kind, **options)
 
 WORDS = ["win", "cash", "now", "meeting", "lunch", "发票", "正规", "naïve", "x", "y", "z", "the"]
 LABELS = ["ham", "spam", "eggs"]

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import pytest
 
-from streamnb.models import GDA, BernoulliNB, MultinomialNB
+from streamnb.models import GDA, TEXTBOOK_OPTIONS, BernoulliNB
+from streamnb.models import MultinomialNB as _MultinomialNB
+
+# The formulas below are the textbook model's: pin its options whatever the defaults are.
+MultinomialNB = partial(_MultinomialNB, **TEXTBOOK_OPTIONS)
 
 # Seed 003's example, segmented: 「代开发票。增值税发票，正规发票。」 is spam; a ham message
 # mentions 发票 once. |V| = 6: 代开 发票 增值税 正规 今天 开会.

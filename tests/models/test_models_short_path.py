@@ -32,8 +32,14 @@ configs = st.sampled_from([
     ("multinomial", {"repeated_words": "mixed", "alpha": 0.5}),
     ("multinomial", {"repeated_words": "binary", "alpha": 0.1}),
     ("multinomial", {"top_k": 5}),
+    ("multinomial", {}),  # the tuned defaults: binary counts, idf, length_norm, min_spread
+    ("multinomial", {"tf": "log", "idf": True, "length_norm": False, "min_spread": 0.0,
+                     "repeated_words": "count", "temperature": 2.5}),
+    ("multinomial", {"min_spread": 0.3, "top_k": 3, "idf": False}),
+    ("multinomial", {"complement": True}),  # left to the array path
+    ("multinomial", {"combining": "robinson"}),  # left to the array path
     ("bernoulli", {}),
-    ("bernoulli", {"alpha": 0.25}),
+    ("bernoulli", {"alpha": 0.25, "top_k": 4, "temperature": 0.5}),
 ])
 
 # numpy's log is libm's on common builds; where a SIMD build differs by an ulp, the two paths

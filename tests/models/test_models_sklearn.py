@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
@@ -10,8 +12,12 @@ from sklearn.naive_bayes import GaussianNB as SkGaussianNB
 from sklearn.naive_bayes import MultinomialNB as SkMultinomialNB
 
 from streamnb.hashing import stable_bucket
-from streamnb.models import GDA, BernoulliNB, MultinomialNB, make_model
+from streamnb.models import GDA, TEXTBOOK_OPTIONS, BernoulliNB, make_model
+from streamnb.models import MultinomialNB as _MultinomialNB
 from tests.models.conftest import count_matrix
+
+# scikit-learn's MultinomialNB is the textbook model: pin its options whatever the defaults are.
+MultinomialNB = partial(_MultinomialNB, **TEXTBOOK_OPTIONS)
 
 
 def ours_as_matrix(model, X, classes):
@@ -81,7 +87,8 @@ def test_bernoulli_matches_sklearn_after_unlearning(sms):
 def test_hashed_models_match_sklearn_on_bucket_counts(sms, kind):
     X, y = sms
     n_buckets = 4096
-    model = make_model(kind, n_buckets=n_buckets)
+    textbook = TEXTBOOK_OPTIONS if kind == "multinomial" else {}
+    model = make_model(kind, n_buckets=n_buckets, **textbook)
     model.learn_many(X[:4000], y[:4000])
 
     def hashed(doc):
