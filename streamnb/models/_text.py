@@ -339,10 +339,14 @@ class TextModel(Model):
         if not x:
             return
         values = list(x.values()) if self._trains_on_counts() else [1] * len(x)
-        counts = self._counts[:, column]  # a view
-        old = counts.take(rows).tolist()
+        # Element by element: numpy's take and put release the GIL, and with the Kafka
+        # client's threads running, getting it back can cost more than the whole update.
+        counts = self._counts
+        item = counts.item
+        old = [item(row, column) for row in rows]
         new = [o + sign * v for o, v in zip(old, values, strict=True)]
-        counts.put(rows, new)
+        for row, n in zip(rows, new, strict=True):
+            counts[row, column] = n
         self._totals[column] = self._totals.item(column) + sign * float(sum(values))
         nnz = self._nnz
         if sign > 0 and not self._n_negative:

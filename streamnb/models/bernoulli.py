@@ -156,7 +156,8 @@ class BernoulliNB(TextModel):
         active = columns.tolist()
         if not rows:
             return {labels[c]: b + 0.0 for c, b in zip(active, base, strict=True)}
-        counts = self._counts.take(rows, axis=0)[:, columns]
+        item = self._counts.item
+        counts = np.array([[item(row, c) for c in active] for row in rows], dtype=np.float64)
         present = counts + self.alpha
         absent = self._n_docs[columns] - counts + self.alpha
         if not ((present > 0).all() and (absent > 0).all()):

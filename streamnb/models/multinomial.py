@@ -260,9 +260,10 @@ class MultinomialNB(TextModel):
         smoothing = alpha * self._vocab
         totals = self._totals.tolist()
         log_denominators = [math.log(totals[c] + smoothing) for c in active]
-        counts = self._counts.take(rows, axis=0)
-        if columns.size != counts.shape[1]:
-            counts = np.ascontiguousarray(counts[:, columns])  # the layout _gather gives
+        # The layout _gather gives (tokens x active classes, C order), read element by
+        # element: numpy's take releases the GIL, which the Kafka client's threads then hold.
+        item = self._counts.item
+        counts = np.array([[item(row, c) for c in active] for row in rows], dtype=np.float64)
         log_counts = np.log(counts + alpha).tolist()  # per token, per active class
         if self.min_spread:
             min_spread = self.min_spread
