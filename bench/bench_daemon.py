@@ -12,6 +12,8 @@
    record timestamp (both CreateTime, same host clock), p50 and p99 over unlabelled messages.
 3. Memory: peak RSS (``VmHWM``) of a daemon subprocess after it has consumed the whole
    SpamAssassin stream, and the size of its checkpoint.
+4. ``--model-step``: CPU time of the model's prequential step (predict, then learn the
+   labelled) per SMS, short-message path against the numpy path, alternating, in-process.
 
 Streams: 80% of messages labelled, 20% unlabelled (so predictions are produced), in corpus
 order; SMS as ``text``, SpamAssassin as ``raw_b64`` (the original bytes).
@@ -268,6 +270,33 @@ def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300
     raise RuntimeError(f"{what} stalled twice")
 
 
+def model_step(rounds: int) -> None:
+    """CPU µs per SMS of predict + learn, the short-message path against the numpy path."""
+    from streamnb.features import Featurizer, FeaturizerOptions
+    from streamnb.models import make_model
+
+    featurizer = Featurizer(FeaturizerOptions())
+    stream = [(featurizer.from_text(orjson.loads(v)["text"]).tokens, label, b'"label"' in v)
+              for _, v, label in sms_values()]
+    for kind in ("multinomial", "bernoulli"):
+        times: dict[str, list[float]] = {"short": [], "numpy": []}
+        for _ in range(rounds):
+            for path, limit in (("short", None), ("numpy", 0)):
+                model = make_model(kind)
+                if limit is not None:
+                    model._short_limit = limit
+                started = time.process_time()
+                for x, y, labelled in stream:
+                    model.predict_proba_one(x)
+                    if labelled:
+                        model.learn_one(x, y)
+                times[path].append((time.process_time() - started) / len(stream) * 1e6)
+        short, numpy_ = statistics.median(times["short"]), statistics.median(times["numpy"])
+        print(f"model step {kind} (default options), SMS, CPU per message, median of {rounds}: "
+              f"short path {short:.0f} us, numpy path {numpy_:.0f} us, "
+              f"{numpy_ / short:.2f}x")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=3, metavar=("WHAT", "TOPIC", "N"), help=argparse.SUPPRESS)
@@ -277,6 +306,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--model-step", action="store_true",
+                        help="also time the model's step per SMS, short path vs numpy path")
     args = parser.parse_args()
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints where it is
     if args.child:
@@ -306,6 +337,8 @@ def main() -> int:
               f"bare consumer {n / b:,.0f} msg/s, daemon {n / d:,.0f} msg/s, "
               f"ratio {b / d:.3f}  [daemon rounds: "
               + ", ".join(f"{n / t:,.0f}" for t in loop) + "]")
+    if args.model_step:
+        model_step(max(args.rounds, 3))
     if not args.skip_latency:
         latency(args.bootstrap, args.rate, sms_values())
     if not args.skip_memory and "spamassassin" in topics:

@@ -112,8 +112,11 @@ class Daemon:
         self.pending = 0  # records applied since the last checkpoint
         self.last_checkpoint = time.monotonic()
         self.dead_letter_counts: Counter[str] = Counter()
-        # Counter metrics are added up per batch: one call per batch instead of per message.
+        # Counter metrics are added up per batch: one call per batch instead of per message;
+        # so are the latency histograms' observations.
         self._tally: Counter[tuple[str, str | None]] = Counter()
+        self._latencies: list[float] = []
+        self._end_to_end: list[float] = []
         self.checkpoints_written = 0
         # Set when an unexpected error may have left a record half applied: from then on no
         # checkpoint is written, so a restart replays from the last consistent one.
@@ -252,6 +255,12 @@ class Daemon:
             else:
                 getattr(self.metrics, name)(arg, n)
         self._tally.clear()
+        if self._latencies:
+            self.metrics.observe_latencies(self._latencies)
+            self._latencies = []
+        if self._end_to_end:
+            self.metrics.observe_end_to_end_many(self._end_to_end)
+            self._end_to_end = []
 
     def _process_one(self, record, key: str) -> None:
         started = time.perf_counter()
@@ -317,7 +326,7 @@ class Daemon:
             # The same id again (a producer retry, or a re-sent message): each id counts once,
             # under its latest label, exactly as feedback would treat it.
             self._apply_label(message.id, entry, label)
-        self.metrics.observe_latency(time.perf_counter() - started)
+        self._latencies.append(time.perf_counter() - started)
 
     def _feedback(self, feedback: Feedback, record) -> None:
         if not self._label_ok(feedback.label, record):
@@ -383,9 +392,9 @@ class Daemon:
             encode(prediction),
         )
         self._tally["prediction_emitted", None] += 1
-        self.metrics.observe_latency(latency)
+        self._latencies.append(latency)
         if record.timestamp_ms and record.timestamp_ms > 0:
-            self.metrics.observe_end_to_end(max(0.0, time.time() - record.timestamp_ms / 1000))
+            self._end_to_end.append(max(0.0, time.time() - record.timestamp_ms / 1000))
 
     def _dead_letter(self, record, reason: str, detail: str) -> None:
         headers = list(record.headers) + [

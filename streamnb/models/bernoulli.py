@@ -20,6 +20,9 @@ the last prediction, O(distinct values of D_jc) ≤ O(D_c) — never O(|V|).
 from __future__ import annotations
 
 import math
+from functools import reduce
+from itertools import repeat
+from operator import add, mul
 from typing import ClassVar
 
 import numpy as np
@@ -138,6 +141,30 @@ class BernoulliNB(TextModel):
         d_c = self._n_docs[columns]
         absent = self._absent_sums(columns) - self._vocab * np.log(d_c + 2 * self.alpha)
         return self._log_prior(columns) + absent
+
+    def _trains_on_counts(self) -> bool:
+        return False
+
+    def _short_scores(self, rows: list, values: list, columns: np.ndarray, top_k: int | None
+                      ) -> dict[str, float] | None:
+        # The operations of _token_scores and _joint_scores in the same order: the same
+        # elementwise logs, then each class's sum left to right from 0.0 (as einsum does).
+        if top_k is not None and len(rows) > top_k:
+            return None
+        base = self._base_scores(columns).tolist()
+        labels = self._labels
+        active = columns.tolist()
+        if not rows:
+            return {labels[c]: b + 0.0 for c, b in zip(active, base, strict=True)}
+        item = self._counts.item
+        counts = np.array([[item(row, c) for c in active] for row in rows], dtype=np.float64)
+        present = counts + self.alpha
+        absent = self._n_docs[columns] - counts + self.alpha
+        if not ((present > 0).all() and (absent > 0).all()):
+            return None  # an inconsistent state: the array path says what is wrong with it
+        terms = (np.log(present) - np.log(absent)).T.tolist()
+        return {labels[c]: b + reduce(add, map(mul, repeat(1.0), t), 0.0)
+                for c, b, t in zip(active, base, terms, strict=True)}
 
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]

@@ -35,6 +35,8 @@ Predict cost is O(tokens in the message × classes); it does not grow with the v
 from __future__ import annotations
 
 import math
+from functools import reduce
+from operator import add, mul
 from typing import ClassVar
 
 import numpy as np
@@ -54,6 +56,12 @@ COMBINING = ("nb", "robinson")
 TEXTBOOK_OPTIONS = {"alpha": 1.0, "repeated_words": "count", "top_k": None, "temperature": 1.0,
                     "complement": False, "tf": "raw", "idf": False, "length_norm": False,
                     "min_spread": 0.0, "combining": "nb"}
+
+
+def _spread(log_counts: list, log_denominators: list) -> float:
+    """max − min over the classes of a token's terms log(N_kc + α) − log(N_c + α|V|)."""
+    terms = [lc - ld for lc, ld in zip(log_counts, log_denominators, strict=True)]
+    return max(terms) - min(terms)
 
 
 class MultinomialNB(TextModel):
@@ -227,6 +235,77 @@ class MultinomialNB(TextModel):
         np.log(counts, out=counts)
         scores += np.einsum("i,ij->j", values, counts)
         return scores
+
+    def _trains_on_counts(self) -> bool:
+        return self.counts_occurrences
+
+    def _short_scores(self, rows: list, values: list, columns: np.ndarray, top_k: int | None
+                      ) -> dict[str, float] | None:
+        # The operations of _score_rows, _weigh and _joint_scores in the same order: the same
+        # elementwise logs on the same gathered counts, each class's sum left to right from
+        # 0.0 (as einsum sums these shapes), and numpy itself for the two sums over a
+        # message's weights whose order numpy chooses.
+        if self.complement or self.combining != "nb":
+            return None
+        active = columns.tolist()
+        log_prior = self._short_log_prior(active)
+        if log_prior is None:
+            return None
+        labels = self._labels
+        if not rows:
+            return {labels[c]: lp for c, lp in zip(active, log_prior, strict=True)}
+        if self.repeated_words != "count":
+            values = [1] * len(rows)
+        alpha = self.alpha
+        smoothing = alpha * self._vocab
+        totals = self._totals.tolist()
+        log_denominators = [math.log(totals[c] + smoothing) for c in active]
+        # The layout _gather gives (tokens x active classes, C order), read element by
+        # element: numpy's take releases the GIL, which the Kafka client's threads then hold.
+        item = self._counts.item
+        counts = np.array([[item(row, c) for c in active] for row in rows], dtype=np.float64)
+        log_counts = np.log(counts + alpha).tolist()  # per token, per active class
+        if self.min_spread:
+            min_spread = self.min_spread
+            if len(active) == 2:  # max − min of two terms is |t0 − t1|, the same float
+                ld0, ld1 = log_denominators
+                kept = [i for i, (lc0, lc1) in enumerate(log_counts)
+                        if abs((lc0 - ld0) - (lc1 - ld1)) >= min_spread]
+            else:
+                kept = [i for i, lc in enumerate(log_counts)
+                        if _spread(lc, log_denominators) >= min_spread]
+            if len(kept) < len(rows):
+                rows = [rows[i] for i in kept]
+                values = [values[i] for i in kept]
+                log_counts = [log_counts[i] for i in kept]
+                counts = counts[kept]
+        if top_k is not None and len(rows) > top_k:
+            return None  # a top-k selection: the array path ranks the tokens
+        if not rows:
+            return {labels[c]: lp for c, lp in zip(active, log_prior, strict=True)}
+        weighted = self.tf == "log" or self.idf or self.length_norm
+        if self.tf == "log":
+            values = [math.log1p(v) for v in values]
+        if self.idf:
+            n = float(sum(self._n_docs.tolist()[c] for c in active))  # integers: exact
+            values = [v * max(math.log((1.0 + n) / (1.0 + df)) + 1.0, 0.0)
+                      for v, df in zip(values, counts.sum(axis=1).tolist(), strict=True)]
+        if weighted:
+            array = np.array(values, dtype=np.float64)
+            if self.length_norm:
+                norm = math.sqrt(float(np.einsum("i,i->", array, array)))
+                if norm > 0:
+                    values = [v / norm for v in values]
+                    array = array / norm
+            weight = float(array.sum())
+        else:
+            weight = float(sum(values))  # integers: exact in any order
+        by_class = list(zip(*log_counts, strict=True))
+        return {
+            labels[c]: (lp - weight * ld) + reduce(add, map(mul, values, by_class[j]), 0.0)
+            for j, (c, lp, ld) in enumerate(zip(active, log_prior, log_denominators,
+                                                strict=True))
+        }
 
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]

@@ -1,0 +1,38 @@
+"""Histograms observed a batch at a time hold what per-message observations would."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamnb.metrics import END_TO_END_BUCKETS, PROCESSING_BUCKETS, Metrics
+
+# Amounts on, just below and just above every bucket bound, and anything in between.
+EDGES = [b * f for b in PROCESSING_BUCKETS + END_TO_END_BUCKETS for f in (1.0, 0.999, 1.001)]
+amounts = st.lists(st.one_of(st.sampled_from(EDGES), st.floats(-1.0, 5000.0)), max_size=40)
+
+HISTOGRAMS = [("streamnb_processing_latency_seconds", "observe_latency", "observe_latencies"),
+              ("streamnb_end_to_end_latency_seconds", "observe_end_to_end",
+               "observe_end_to_end_many")]
+
+
+def buckets(m: Metrics, name: str) -> dict[str, float]:
+    return {s.labels["le"]: s.value for f in m.registry.collect() if f.name == name
+            for s in f.samples if s.name == name + "_bucket"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(amounts)
+def test_a_batch_observation_equals_one_observation_each(xs):
+    one, batch = Metrics(), Metrics()
+    for name, single, many in HISTOGRAMS:
+        for x in xs:
+            getattr(one, single)(x)
+        getattr(batch, many)(xs)
+        assert buckets(batch, name) == buckets(one, name)
+        total_one = one.sample(name + "_sum")
+        total_batch = batch.sample(name + "_sum")
+        assert math.isclose(total_batch, total_one, rel_tol=1e-9, abs_tol=1e-9)
+        assert batch.sample(name + "_count") == one.sample(name + "_count") == len(xs)
