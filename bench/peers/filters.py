@@ -13,7 +13,6 @@ probabilities do not tie.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import subprocess
@@ -46,14 +45,10 @@ class PeerRun:
 
 
 def _log_odds(joint: dict, positive: str = SPAM) -> float:
-    if not joint:
-        return 0.0
-    mine = joint.get(positive, -math.inf)
-    others = [v for c, v in joint.items() if c != positive]
-    if not others:
-        return math.inf if mine > -math.inf else 0.0
-    top = max(others)
-    return mine - (top + math.log(sum(math.exp(v - top) for v in others)))
+    """The ranking score, by the same rule as streamnb's own (``class_scores``)."""
+    from streamnb.evaluation.replay import class_scores
+
+    return float(class_scores([joint], positive)[0])
 
 
 def _argmax(joint: dict) -> str | None:
