@@ -140,6 +140,7 @@ class Model:
 
     kind: ClassVar[str]
     numeric_input: ClassVar[bool]
+    _OPTIONS: ClassVar[tuple[str, ...]]  # constructor options, as saved in the state
 
     # -- what subclasses provide ------------------------------------------------------------
     def learn_one(self, x, y: str) -> None:
@@ -170,6 +171,18 @@ class Model:
         raise NotImplementedError
 
     # -- shared behaviour -------------------------------------------------------------------
+    @classmethod
+    def _empty_from_state(cls, state: Mapping[str, Any]):
+        """A new, empty model with the options of ``state`` (header and options checked)."""
+        options = check_header(state, cls.kind)
+        unknown = set(options) - set(cls._OPTIONS)
+        if unknown:
+            raise StateError(f"corrupt state: unknown options {sorted(unknown)}")
+        try:
+            return cls(**options)
+        except ValueError as error:
+            raise StateError(f"corrupt state: {error}") from None
+
     def predict_proba_one(self, x) -> dict[str, float]:
         return {label: math.exp(lp) for label, lp in self.predict_log_proba_one(x).items()}
 

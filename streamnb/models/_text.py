@@ -30,7 +30,6 @@ from streamnb.models._base import (
     Model,
     ModelInputError,
     StateError,
-    check_header,
     check_label,
     check_optional_int,
     check_positive,
@@ -653,14 +652,7 @@ class TextModel(Model):
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> TextModel:
         """Rebuild a model from :meth:`to_state`'s output; raises StateError if it is unusable."""
-        options = check_header(state, cls.kind)
-        unknown = set(options) - set(cls._OPTIONS)
-        if unknown:
-            raise StateError(f"corrupt state: unknown options {sorted(unknown)}")
-        try:
-            model = cls(**options)
-        except ValueError as error:
-            raise StateError(f"corrupt state: {error}") from None
+        model = cls._empty_from_state(state)
         classes = state.get("classes")
         vocabulary = state.get("vocabulary")
         if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):

@@ -33,7 +33,6 @@ from streamnb.models._base import (
     Model,
     ModelInputError,
     StateError,
-    check_header,
     check_label,
     check_positive,
     json_numbers,
@@ -362,14 +361,7 @@ class GDA(Model):
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> GDA:
         """Rebuild a model from :meth:`to_state`'s output; raises StateError if it is unusable."""
-        options = check_header(state, cls.kind)
-        unknown = set(options) - set(cls._OPTIONS)
-        if unknown:
-            raise StateError(f"corrupt state: unknown options {sorted(unknown)}")
-        try:
-            model = cls(**options)
-        except ValueError as error:
-            raise StateError(f"corrupt state: {error}") from None
+        model = cls._empty_from_state(state)
         classes = state.get("classes")
         if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes) \
                 or len(set(classes)) != len(classes):
