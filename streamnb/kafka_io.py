@@ -54,6 +54,15 @@ class Record:
         return (self.topic, self.partition)
 
 
+def _records(tp: TopicPartition, items) -> list[Record]:
+    """kafka-python's consumer records of one partition as our own :class:`Record`."""
+    topic, partition = tp.topic, tp.partition
+    return [
+        Record(topic, partition, r.offset, r.key, r.value, tuple(r.headers or ()), r.timestamp)
+        for r in items
+    ]
+
+
 def _tps(partitions: Iterable[TopicPartition]) -> list[TP]:
     return sorted((p.topic, p.partition) for p in partitions)
 
@@ -127,19 +136,7 @@ class KafkaIO:
         batches = self.consumer.poll(timeout_ms=timeout_ms)
         records: list[Record] = []
         for tp, items in batches.items():
-            topic, partition = tp.topic, tp.partition
-            records.extend(
-                Record(
-                    topic,
-                    partition,
-                    r.offset,
-                    r.key,
-                    r.value,
-                    tuple(r.headers or ()),
-                    r.timestamp,
-                )
-                for r in items
-            )
+            records.extend(_records(tp, items))
         return records
 
     def seek(self, tp: TP, offset: int) -> None:
@@ -274,18 +271,7 @@ def read_all(
     try:
         while not until(records) and time.monotonic() < deadline:
             for tp, items in consumer.poll(timeout_ms=200).items():
-                records.extend(
-                    Record(
-                        tp.topic,
-                        tp.partition,
-                        r.offset,
-                        r.key,
-                        r.value,
-                        tuple(r.headers or ()),
-                        r.timestamp,
-                    )
-                    for r in items
-                )
+                records.extend(_records(tp, items))
     finally:
         consumer.close(autocommit=False)
     return records
