@@ -434,6 +434,12 @@ class TextModel(Model):
         for mine, theirs in zip(columns, other_columns, strict=True):
             self._n_docs[mine] += sign * other._n_docs[theirs]
             self._totals[mine] += sign * other._totals[theirs]
+        self._recount()
+        self._rebuild()
+        return self
+
+    def _recount(self) -> None:
+        """Derive the bookkeeping kept beside the counts after a bulk change of them."""
         used = len(self._keys)
         self._nnz[:used] = np.count_nonzero(self._counts[:used], axis=1)
         self._vocab = int(np.count_nonzero(self._nnz[:used]))
@@ -441,8 +447,6 @@ class TextModel(Model):
         self._negative_docs = int(np.count_nonzero(self._n_docs < 0))
         self._active = None
         self._log_prior_cache = None
-        self._rebuild()
-        return self
 
     def _rebuild(self) -> None:
         self._invalidate(None)
@@ -677,12 +681,7 @@ class TextModel(Model):
         model._totals[:] = totals
         rows = model._rows_creating(list(vocabulary))
         model._counts[rows] = counts.T
-        used = len(model._keys)
-        model._nnz[:used] = np.count_nonzero(model._counts[:used], axis=1)
-        model._vocab = int(np.count_nonzero(model._nnz[:used]))
-        model._n_negative = int(np.count_nonzero(model._counts[:used] < 0))
-        model._negative_docs = int(np.count_nonzero(model._n_docs < 0))
-        model._active = None
+        model._recount()
         model._check_loaded()
         model._rebuild()
         return model
