@@ -74,6 +74,13 @@ class TextModel(Model):
         self._labels: list[str] = []
         self._column: dict[str, int] = {}
         self._counts = np.zeros((0, 0))
+        # The same counts as Python lists, one per row (token): the short-message path reads
+        # and writes them element by element, which lists do ten times faster than an array.
+        # Every write to _counts is mirrored here (see _mirror_rows and _recount).
+        self._row_counts: list[list[float]] = []
+        # Per-row values a subclass derives from a row's counts for scoring short messages
+        # (multinomial: the logs of the smoothed counts); an update of a row drops its entry.
+        self._row_cache: dict[int, Any] = {}
         self._nnz = np.zeros(0, dtype=np.int64)  # classes with a non-zero count, per row
         self._n_docs = np.zeros(0)  # messages per class column
         self._totals = np.zeros(0)  # sum of counts per class column
@@ -81,6 +88,8 @@ class TextModel(Model):
         self._n_negative = 0  # count cells below zero (possible in a slice after unlearning)
         self._negative_docs = 0  # classes with a negative message count (same)
         self._active: np.ndarray | None = None  # cached columns of classes with messages
+        self._active_list: list[int] = []
+        self._active_list_of: np.ndarray | None = None  # the _active that _active_list lists
         self._log_prior_cache: np.ndarray | None = None
         self._lookup_cache: tuple[list, np.ndarray, int] | None = None
         self._short_limit = SHORT_MESSAGE_TOKENS
@@ -202,11 +211,18 @@ class TextModel(Model):
                     new_keys = [str(key) for key in new_keys]
                 self._key_bytes += sum(map(len, new_keys))  # characters: an estimate of bytes
             start = len(self._keys)
-            self._reserve_rows(start + len(new_keys))
-            self._keys.extend(new_keys)
-            self._index.update(zip(new_keys, range(start, start + len(new_keys)), strict=True))
+            self._add_rows(new_keys)
             rows[missing] = np.arange(start, start + len(new_keys))
         return rows
+
+    def _add_rows(self, new_keys: list) -> None:
+        """Index ``new_keys`` (not yet indexed) as new rows of zero counts."""
+        start = len(self._keys)
+        self._reserve_rows(start + len(new_keys))
+        self._keys.extend(new_keys)
+        self._index.update(zip(new_keys, range(start, start + len(new_keys)), strict=True))
+        n_columns = len(self._labels)
+        self._row_counts.extend([0.0] * n_columns for _ in new_keys)
 
     def _reserve_rows(self, n_rows: int) -> None:
         capacity = self._counts.shape[0]
@@ -226,6 +242,9 @@ class TextModel(Model):
             self._labels.append(y)
             self._column[y] = column
             self._counts = np.concatenate([self._counts, np.zeros((self._counts.shape[0], 1))], 1)
+            for cells in self._row_counts:
+                cells.append(0.0)
+            self._row_cache.clear()
             self._n_docs = np.append(self._n_docs, 0.0)
             self._totals = np.append(self._totals, 0.0)
             self._add_class_column()
@@ -272,6 +291,11 @@ class TextModel(Model):
         old = self._counts[rows, column]
         new = old + sign * values
         self._counts[rows, column] = new
+        row_counts = self._row_counts
+        drop = self._row_cache.pop
+        for row, n in zip(rows.tolist(), new.tolist(), strict=True):
+            row_counts[row][column] = n
+            drop(row, None)
         self._totals[column] += sign * values.sum()
         if sign > 0 and not self._n_negative:
             # Counts only grow and none is negative: a row changes status iff it was zero.
@@ -319,11 +343,8 @@ class TextModel(Model):
         rows = [index.get(key, -1) for key in x]
         if -1 in rows:
             new_keys = [key for key, row in zip(x, rows, strict=True) if row < 0]
-            start = len(self._keys)
             self._key_bytes += sum(map(len, new_keys))
-            self._reserve_rows(start + len(new_keys))
-            self._keys.extend(new_keys)
-            index.update(zip(new_keys, range(start, start + len(new_keys)), strict=True))
+            self._add_rows(new_keys)
             rows = [index[key] for key in x]
         column = self._column_of(y)
         n_docs = self._n_docs
@@ -341,11 +362,18 @@ class TextModel(Model):
         # Element by element: numpy's take and put release the GIL, and with the Kafka
         # client's threads running, getting it back can cost more than the whole update.
         counts = self._counts
-        item = counts.item
-        old = [item(row, column) for row in rows]
-        new = [o + sign * v for o, v in zip(old, values, strict=True)]
-        for row, n in zip(rows, new, strict=True):
+        row_counts = self._row_counts
+        drop = self._row_cache.pop
+        old = []
+        new = []
+        for row, value in zip(rows, values, strict=True):
+            cells = row_counts[row]
+            o = cells[column]
+            cells[column] = n = o + sign * value
             counts[row, column] = n
+            drop(row, None)
+            old.append(o)
+            new.append(n)
         self._totals[column] = self._totals.item(column) + sign * float(sum(values))
         nnz = self._nnz
         if sign > 0 and not self._n_negative:
@@ -391,15 +419,23 @@ class TextModel(Model):
                     rows.append(row)
                     values.append(value)
         else:  # some indexed tokens have left V (unlearned): they are not scored
-            nnz = self._nnz
+            row_counts = self._row_counts
             for key, value in x.items():
                 row = index_get(key)
-                if row is not None and nnz.item(row) > 0:
+                if row is not None and any(row_counts[row]):
                     rows.append(row)
                     values.append(value)
-        return self._short_scores(rows, values, self._active_columns(), top_k)
+        return self._short_scores(rows, values, self._active_column_list(), top_k)
 
-    def _short_scores(self, rows: list, values: list, columns: np.ndarray, top_k: int | None
+    def _active_column_list(self) -> list[int]:
+        """:meth:`_active_columns` as a list of ints, cached with it."""
+        active = self._active_columns()
+        if self._active_list_of is not active:
+            self._active_list = active.tolist()
+            self._active_list_of = active
+        return self._active_list
+
+    def _short_scores(self, rows: list, values: list, columns: list, top_k: int | None
                       ) -> dict[str, float] | None:
         """The class scores from the in-vocabulary rows and counts, in message order (None:
         a case this path leaves to the array path, such as a top-k selection)."""
@@ -408,8 +444,8 @@ class TextModel(Model):
     def _short_log_prior(self, columns: list) -> list | None:
         """log π_c in plain Python when the message counts are integers (then their sum is
         exact in any order, as numpy's is); None otherwise."""
-        n_docs = self._n_docs.tolist()
-        selected = [n_docs[c] for c in columns]
+        n_docs = self._n_docs.item
+        selected = [n_docs(c) for c in columns]
         for n in selected:
             if not (n.is_integer() and 0 < n < _EXACT_COUNT):
                 return None
@@ -441,6 +477,8 @@ class TextModel(Model):
     def _recount(self) -> None:
         """Derive the bookkeeping kept beside the counts after a bulk change of them."""
         used = len(self._keys)
+        self._row_counts = self._counts[:used].tolist()
+        self._row_cache.clear()
         self._nnz[:used] = np.count_nonzero(self._counts[:used], axis=1)
         self._vocab = int(np.count_nonzero(self._nnz[:used]))
         self._n_negative = int(np.count_nonzero(self._counts[:used] < 0))

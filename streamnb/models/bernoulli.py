@@ -145,19 +145,21 @@ class BernoulliNB(TextModel):
     def _trains_on_counts(self) -> bool:
         return False
 
-    def _short_scores(self, rows: list, values: list, columns: np.ndarray, top_k: int | None
+    def _short_scores(self, rows: list, values: list, columns: list, top_k: int | None
                       ) -> dict[str, float] | None:
         # The operations of _token_scores and _joint_scores in the same order: the same
         # elementwise logs, then each class's sum left to right from 0.0 (as einsum does).
         if top_k is not None and len(rows) > top_k:
             return None
+        active = columns
+        columns = np.array(active, dtype=np.intp)
         base = self._base_scores(columns).tolist()
         labels = self._labels
-        active = columns.tolist()
         if not rows:
             return {labels[c]: b + 0.0 for c, b in zip(active, base, strict=True)}
-        item = self._counts.item
-        counts = np.array([[item(row, c) for c in active] for row in rows], dtype=np.float64)
+        row_counts = self._row_counts
+        counts = np.array([[row_counts[row][c] for c in active] for row in rows],
+                          dtype=np.float64)
         present = counts + self.alpha
         absent = self._n_docs[columns] - counts + self.alpha
         if not ((present > 0).all() and (absent > 0).all()):

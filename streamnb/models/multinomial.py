@@ -35,8 +35,7 @@ Predict cost is O(tokens in the message × classes); it does not grow with the v
 from __future__ import annotations
 
 import math
-from functools import reduce
-from operator import add, mul
+from operator import mul
 from typing import ClassVar
 
 import numpy as np
@@ -239,35 +238,49 @@ class MultinomialNB(TextModel):
     def _trains_on_counts(self) -> bool:
         return self.counts_occurrences
 
-    def _short_scores(self, rows: list, values: list, columns: np.ndarray, top_k: int | None
+    def _short_scores(self, rows: list, values: list, columns: list, top_k: int | None
                       ) -> dict[str, float] | None:
-        # The operations of _score_rows, _weigh and _joint_scores in the same order: the same
-        # elementwise logs on the same gathered counts, each class's sum left to right from
-        # 0.0 (as einsum sums these shapes), and numpy itself for the two sums over a
-        # message's weights whose order numpy chooses.
+        # The arithmetic of _score_rows, _weigh and _joint_scores in plain Python, with no
+        # numpy call at all: numpy releases the GIL inside its loops, and with the Kafka
+        # client's threads waiting for it, getting it back costs more than the whole step.
+        # Sums are math.fsum (correctly rounded, so independent of the tokens' order); the
+        # array path sums pairwise, so the two paths agree to the last few bits, not all.
         if self.complement or self.combining != "nb":
             return None
-        active = columns.tolist()
-        log_prior = self._short_log_prior(active)
+        log_prior = self._short_log_prior(columns)
         if log_prior is None:
             return None
         labels = self._labels
         if not rows:
-            return {labels[c]: lp for c, lp in zip(active, log_prior, strict=True)}
+            return {labels[c]: lp for c, lp in zip(columns, log_prior, strict=True)}
         if self.repeated_words != "count":
             values = [1] * len(rows)
+        log = math.log
         alpha = self.alpha
         smoothing = alpha * self._vocab
-        totals = self._totals.tolist()
-        log_denominators = [math.log(totals[c] + smoothing) for c in active]
-        # The layout _gather gives (tokens x active classes, C order), read element by
-        # element: numpy's take releases the GIL, which the Kafka client's threads then hold.
-        item = self._counts.item
-        counts = np.array([[item(row, c) for c in active] for row in rows], dtype=np.float64)
-        log_counts = np.log(counts + alpha).tolist()  # per token, per active class
+        total = self._totals.item
+        log_denominators = [log(total(c) + smoothing) for c in columns]
+        row_counts = self._row_counts
+        if len(columns) == len(self._labels):  # columns are sorted: all of them, in order
+            # Every class is active: the rows are read whole, and the logs of their smoothed
+            # counts and of 1 + their document frequency come from the row cache.
+            counts = [row_counts[row] for row in rows]  # read only: the rows themselves
+            cache = self._row_cache
+            log_counts = []
+            log_dfs = []
+            for row, cells in zip(rows, counts, strict=True):
+                cached = cache.get(row)
+                if cached is None:
+                    cached = cache[row] = ([log(n + alpha) for n in cells], log(1.0 + sum(cells)))
+                log_counts.append(cached[0])
+                log_dfs.append(cached[1])
+        else:
+            counts = [[cells[c] for c in columns] for cells in map(row_counts.__getitem__, rows)]
+            log_counts = [[log(n + alpha) for n in row] for row in counts]
+            log_dfs = [log(1.0 + sum(row)) for row in counts]
         if self.min_spread:
             min_spread = self.min_spread
-            if len(active) == 2:  # max − min of two terms is |t0 − t1|, the same float
+            if len(columns) == 2:  # max − min of two terms is |t0 − t1|
                 ld0, ld1 = log_denominators
                 kept = [i for i, (lc0, lc1) in enumerate(log_counts)
                         if abs((lc0 - ld0) - (lc1 - ld1)) >= min_spread]
@@ -278,32 +291,29 @@ class MultinomialNB(TextModel):
                 rows = [rows[i] for i in kept]
                 values = [values[i] for i in kept]
                 log_counts = [log_counts[i] for i in kept]
-                counts = counts[kept]
+                log_dfs = [log_dfs[i] for i in kept]
         if top_k is not None and len(rows) > top_k:
             return None  # a top-k selection: the array path ranks the tokens
         if not rows:
-            return {labels[c]: lp for c, lp in zip(active, log_prior, strict=True)}
-        weighted = self.tf == "log" or self.idf or self.length_norm
+            return {labels[c]: lp for c, lp in zip(columns, log_prior, strict=True)}
         if self.tf == "log":
             values = [math.log1p(v) for v in values]
         if self.idf:
-            n = float(sum(self._n_docs.tolist()[c] for c in active))  # integers: exact
-            values = [v * max(math.log((1.0 + n) / (1.0 + df)) + 1.0, 0.0)
-                      for v, df in zip(values, counts.sum(axis=1).tolist(), strict=True)]
-        if weighted:
-            array = np.array(values, dtype=np.float64)
-            if self.length_norm:
-                norm = math.sqrt(float(np.einsum("i,i->", array, array)))
-                if norm > 0:
-                    values = [v / norm for v in values]
-                    array = array / norm
-            weight = float(array.sum())
-        else:
-            weight = float(sum(values))  # integers: exact in any order
+            # log((1 + n) / (1 + df)) + 1, as log(1 + n) − log(1 + df) + 1, clipped at 0
+            n_docs = self._n_docs.item
+            log_n = log(1.0 + sum(n_docs(c) for c in columns)) + 1.0  # integer sum: exact
+            values = [v * max(log_n - log_df, 0.0)
+                      for v, log_df in zip(values, log_dfs, strict=True)]
+        if self.length_norm:
+            norm = math.sqrt(math.fsum([v * v for v in values]))
+            if norm > 0:
+                values = [v / norm for v in values]
+        weight = math.fsum(values)
         by_class = list(zip(*log_counts, strict=True))
+        fsum = math.fsum
         return {
-            labels[c]: (lp - weight * ld) + reduce(add, map(mul, values, by_class[j]), 0.0)
-            for j, (c, lp, ld) in enumerate(zip(active, log_prior, log_denominators,
+            labels[c]: (lp - weight * ld) + fsum(map(mul, values, by_class[j]))
+            for j, (c, lp, ld) in enumerate(zip(columns, log_prior, log_denominators,
                                                 strict=True))
         }
 
