@@ -563,14 +563,17 @@ class Metrics:
             return
         classes = self._classes
         new_classes: set[str] = set()
+        seen: dict[str, str] = {}  # label -> its bounded name, for the labels of this batch
 
         def bounded(label: str) -> str:
             if label in classes:
                 return label
-            label = self._bounded_class(label, new_classes)
-            if label not in classes:
-                new_classes.add(label)
-            return label
+            name = seen.get(label)
+            if name is None:
+                name = seen[label] = self._bounded_class(label, new_classes)
+                if name not in classes:
+                    new_classes.add(name)
+            return name
 
         batch = []
         for y_true, y_pred, proba in self._pending:
