@@ -194,10 +194,19 @@ class Subprocess:
             time.sleep(0.2)
         raise RuntimeError(f"daemon did not reach {key}@{offset}")
 
-    def peak_rss_mib(self) -> tuple[float, float]:
-        status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        return (int(fields["VmHWM"].split()[0]) / 1024, int(fields["VmRSS"].split()[0]) / 1024)
+    def peak_rss_mib(self) -> tuple[float, float, float]:
+        """(peak RSS, RSS) of the daemon process, and the peak RSS of its producer process."""
+        def memory(pid) -> tuple[float, float]:
+            status = Path(f"/proc/{pid}/status").read_text()
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            return (int(fields["VmHWM"].split()[0]) / 1024,
+                    int(fields["VmRSS"].split()[0]) / 1024)
+
+        pid = self.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        producer = sum(memory(c)[0] for c in children
+                       if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes())
+        return (*memory(pid), producer)
 
     def stop(self) -> int:
         self.proc.terminate()
@@ -242,11 +251,12 @@ def memory(bootstrap: str, topic: str, n: int) -> None:
     daemon = Subprocess(bootstrap, topic, workdir, f"bench-mem-{uuid.uuid4().hex[:8]}")
     try:
         daemon.wait_offset(f"{topic}:0", n)
-        peak, now = daemon.peak_rss_mib()
+        peak, now, producer = daemon.peak_rss_mib()
         size = (workdir / "checkpoint.json").stat().st_size / 2**20
         code = daemon.stop()
         print(f"memory after the SpamAssassin stream ({n} messages): peak RSS {peak:.0f} MiB, "
-              f"RSS {now:.0f} MiB; checkpoint {size:.1f} MiB; SIGTERM exit code {code}")
+              f"RSS {now:.0f} MiB, producer process peak RSS {producer:.0f} MiB; "
+              f"checkpoint {size:.1f} MiB; SIGTERM exit code {code}")
     finally:
         if daemon.proc.poll() is None:
             daemon.proc.kill()

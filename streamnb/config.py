@@ -64,6 +64,7 @@ class KafkaSettings:
     session_timeout_ms: int = 10000
     producer_linger_ms: int = 5
     producer_acks: str = "all"
+    producer_process: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +190,12 @@ def _acks(key: str, value: Any) -> str:
     return ""  # unreachable
 
 
+def _bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        _fail(key, "true or false", value)
+    return value
+
+
 def _path(key: str, value: Any) -> Path:
     return Path(_nonempty_str(key, value))
 
@@ -217,6 +224,7 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
             "session_timeout_ms": _positive_int,
             "producer_linger_ms": _positive_int,
             "producer_acks": _acks,
+            "producer_process": _bool,
         },
     ),
     "model": (

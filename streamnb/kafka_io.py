@@ -5,6 +5,12 @@ the loop can be tested against an in-memory fake with the same small surface as
 :class:`KafkaIO`: ``poll``, ``seek``, ``seek_to_beginning``, ``seek_to_end``, ``commit``,
 ``highwater``, ``send``, ``flush``, ``close``.
 
+Producing runs in a child process by default (``kafka.producer_process``): kafka-python's
+producer spends as much CPU per record as its consumer, and in the daemon's process it competes
+for the GIL with the model; in a child it runs on another core. Records reach the child in one
+pipe message per batch, and :meth:`KafkaIO.flush` still returns only once every record is
+acknowledged by the broker (or raises).
+
 Threading note (kafka-python 3): rebalance callbacks run on the consumer's IO thread while the
 caller's ``poll`` waits for the rebalance to finish, so they never overlap the processing of a
 batch. A blocking commit is not allowed on that thread; :meth:`KafkaIO.commit` with
@@ -18,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -98,17 +106,18 @@ class KafkaIO:
         self.settings = settings
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
-        self._send_errors: list[BaseException] = []
-        self._errors_lock = threading.Lock()
-        self.producer = KafkaProducer(
-            bootstrap_servers=settings.bootstrap_servers,
-            client_id=f"{settings.client_id}-producer",
-            acks=settings.producer_acks if settings.producer_acks == "all" else int(
+        producer_config = {
+            "bootstrap_servers": settings.bootstrap_servers,
+            "client_id": f"{settings.client_id}-producer",
+            "acks": settings.producer_acks if settings.producer_acks == "all" else int(
                 settings.producer_acks
             ),
-            linger_ms=settings.producer_linger_ms,
-            batch_size=256 * 1024,
-            enable_idempotence=settings.producer_acks == "all",
+            "linger_ms": settings.producer_linger_ms,
+            "batch_size": 256 * 1024,
+            "enable_idempotence": settings.producer_acks == "all",
+        }
+        self.producer = (ProducerProcess if settings.producer_process else Producer)(
+            producer_config
         )
         self.consumer = KafkaConsumer(
             bootstrap_servers=settings.bootstrap_servers,
@@ -133,6 +142,7 @@ class KafkaIO:
     # ------------------------------------------------------------------ consuming
     def poll(self, timeout_ms: int) -> list[Record]:
         """The next batch (at most ``max_poll_records``), in offset order within a partition."""
+        self.producer.push()  # the outputs of the batch just processed
         batches = self.consumer.poll(timeout_ms=timeout_ms)
         records: list[Record] = []
         for tp, items in batches.items():
@@ -173,10 +183,6 @@ class KafkaIO:
         return True
 
     # ------------------------------------------------------------------ producing
-    def _on_send_error(self, error: BaseException) -> None:
-        with self._errors_lock:
-            self._send_errors.append(error)
-
     def send(
         self,
         topic: str,
@@ -185,22 +191,151 @@ class KafkaIO:
         headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
         """Queue a record; delivery is confirmed by :meth:`flush`."""
-        future = self.producer.send(topic, value=value, key=key, headers=headers)
-        future.add_errback(self._on_send_error)
+        self.producer.send(topic, key, value, headers)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Block until every queued record is acknowledged; raise if any delivery failed."""
-        self.producer.flush(timeout=timeout)
-        with self._errors_lock:
-            errors, self._send_errors = self._send_errors, []
-        if errors:
-            raise KafkaDeliveryError(f"{len(errors)} output record(s) not delivered: {errors[0]}")
+        self.producer.flush(timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         try:
             self.consumer.close(autocommit=False, timeout_ms=int(timeout * 1000))
         finally:
-            self.producer.close(timeout=timeout)
+            self.producer.close(timeout)
+
+
+class Producer:
+    """kafka-python's producer in this process, collecting delivery errors for :meth:`flush`."""
+
+    def __init__(self, config: dict):
+        self._errors: list[BaseException] = []
+        self._errors_lock = threading.Lock()
+        self._producer = KafkaProducer(**config)
+
+    def _on_error(self, error: BaseException) -> None:
+        with self._errors_lock:
+            self._errors.append(error)
+
+    def send(self, topic: str, key: bytes | None, value: bytes, headers=None) -> None:
+        self._producer.send(topic, value=value, key=key, headers=headers).add_errback(
+            self._on_error)
+
+    def push(self) -> None:
+        """Nothing to do: records go to kafka-python's accumulator as they are sent."""
+
+    def take_errors(self, timeout: float) -> list[str]:
+        """Wait for every queued record's acknowledgement; the delivery errors since last time."""
+        self._producer.flush(timeout=timeout)
+        with self._errors_lock:
+            errors, self._errors = self._errors, []
+        return [repr(error) for error in errors]
+
+    def flush(self, timeout: float) -> None:
+        errors = self.take_errors(timeout)
+        if errors:
+            raise KafkaDeliveryError(f"{len(errors)} output record(s) not delivered: {errors[0]}")
+
+    def close(self, timeout: float) -> None:
+        self._producer.close(timeout=timeout)
+
+
+class ProducerProcess:
+    """The same surface as :class:`Producer`, with kafka-python's producer in a child process.
+
+    ``send`` only appends to a list; the list goes to the child in one pipe message when
+    :meth:`push` is called (the daemon's :meth:`KafkaIO.poll` does, so outputs leave at the
+    end of each batch) or on :meth:`flush`. The child ignores SIGINT and SIGTERM (the daemon
+    decides when to stop) and ends when the pipe closes, also when the daemon is killed.
+    """
+
+    START_TIMEOUT = 60.0
+
+    def __init__(self, config: dict):
+        context = multiprocessing.get_context("spawn")  # no fork of a process with threads
+        self._conn, child_end = context.Pipe()
+        self._process = context.Process(
+            target=_run_producer, args=(config, child_end), name="streamnb-producer", daemon=True
+        )
+        self._process.start()
+        child_end.close()
+        self._pending: list[tuple] = []
+        self._reply("start", self.START_TIMEOUT)
+
+    def send(self, topic: str, key: bytes | None, value: bytes, headers=None) -> None:
+        self._pending.append((topic, key, value, headers))
+
+    def push(self) -> None:
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self._request(("send", pending))
+
+    def flush(self, timeout: float) -> None:
+        self.push()
+        self._request(("flush", timeout))
+        errors = self._reply("flush", timeout + 10)
+        if errors:
+            raise KafkaDeliveryError(f"{len(errors)} output record(s) not delivered: {errors[0]}")
+
+    def close(self, timeout: float) -> None:
+        try:
+            if self._process.is_alive():
+                self.push()
+                self._request(("close", timeout))
+                self._reply("close", timeout + 10)
+        except KafkaDeliveryError as error:
+            log.warning("producer process: %s", error)
+        finally:
+            self._conn.close()
+            self._process.join(timeout=5)
+            if self._process.is_alive():
+                self._process.kill()
+
+    def _request(self, message: tuple) -> None:
+        try:
+            self._conn.send(message)
+        except (BrokenPipeError, ConnectionError, EOFError) as error:
+            raise KafkaDeliveryError(f"the producer process has ended: {error!r}") from error
+
+    def _reply(self, what: str, timeout: float) -> list[str]:
+        """The child's answer to ``what``: the delivery errors, or a failure to start."""
+        if not self._conn.poll(timeout):
+            raise KafkaDeliveryError(f"the producer process did not {what} within {timeout:.0f} s")
+        try:
+            status, detail = self._conn.recv()
+        except (EOFError, ConnectionError) as error:
+            raise KafkaDeliveryError(
+                f"the producer process ended (exit code {self._process.exitcode})") from error
+        if status == "failed":
+            raise KafkaDeliveryError(f"the producer process could not {what}: {detail}")
+        return detail
+
+
+def _run_producer(config: dict, conn) -> None:
+    """The child's loop: ("send", records) / ("flush", timeout) / ("close", timeout)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        producer = Producer(config)
+    except Exception as error:  # noqa: BLE001 - reported to the daemon, which fails to start
+        conn.send(("failed", repr(error)))
+        return
+    conn.send(("ok", []))
+    while True:
+        try:
+            request, argument = conn.recv()
+        except (EOFError, ConnectionError):  # the daemon is gone: deliver what is queued
+            producer.close(5.0)
+            return
+        if request == "send":
+            for topic, key, value, headers in argument:
+                producer.send(topic, key, value, headers)
+        elif request == "flush":
+            conn.send(("ok", producer.take_errors(argument)))
+        else:
+            errors = producer.take_errors(argument)
+            producer.close(argument)
+            conn.send(("ok", errors))
+            return
 
 
 class KafkaDeliveryError(RuntimeError):

@@ -40,6 +40,8 @@ def test_the_documented_example_config_loads(tmp_path):
         ("[logging]\nformat = 'xml'\n", "logging.format must be one of 'plain', 'json'"),
         ("[kafka]\noutput_topic = 'streamnb-input'\n", "must be different topics"),
         ("[model]\nlabels = ['a', 'a']\n", "model.labels must be a list without duplicates"),
+        ("[kafka]\nproducer_process = 'yes'\n",
+         "kafka.producer_process must be true or false, got 'yes'"),
         ("[checkpoint\n", "not valid TOML"),
     ],
 )
