@@ -76,8 +76,13 @@ class TextModel(Model):
         self._counts = np.zeros((0, 0))
         # The same counts as Python lists, one per row (token): the short-message path reads
         # and writes them element by element, which lists do ten times faster than an array.
-        # Every write to _counts is mirrored here (see _mirror_rows and _recount).
-        self._row_counts: list[list[float]] = []
+        # The short path writes both; the array path writes the array only, and marks the
+        # rows it changed in _stale, which the short path copies over before it reads one
+        # (_refresh). A row the array path created is None until then. Bulk changes rebuild
+        # the lists (_recount).
+        self._row_counts: list[list[float] | None] = []
+        self._stale = np.zeros(0, dtype=bool)  # per row: changed by the array path
+        self._any_stale = False
         # Per-row values a subclass derives from a row's counts for scoring short messages
         # (multinomial: the logs of the smoothed counts); an update of a row drops its entry.
         self._row_cache: dict[int, Any] = {}
@@ -212,17 +217,17 @@ class TextModel(Model):
                 self._key_bytes += sum(map(len, new_keys))  # characters: an estimate of bytes
             start = len(self._keys)
             self._add_rows(new_keys)
+            self._row_counts.extend([None] * len(new_keys))  # the caller writes them: stale
             rows[missing] = np.arange(start, start + len(new_keys))
         return rows
 
     def _add_rows(self, new_keys: list) -> None:
-        """Index ``new_keys`` (not yet indexed) as new rows of zero counts."""
+        """Index ``new_keys`` (not yet indexed) as new rows of zero counts in the array; the
+        caller adds their row lists."""
         start = len(self._keys)
         self._reserve_rows(start + len(new_keys))
         self._keys.extend(new_keys)
         self._index.update(zip(new_keys, range(start, start + len(new_keys)), strict=True))
-        n_columns = len(self._labels)
-        self._row_counts.extend([0.0] * n_columns for _ in new_keys)
 
     def _reserve_rows(self, n_rows: int) -> None:
         capacity = self._counts.shape[0]
@@ -233,7 +238,9 @@ class TextModel(Model):
         counts[: self._counts.shape[0]] = self._counts
         nnz = np.zeros(capacity, dtype=np.int64)
         nnz[: self._nnz.shape[0]] = self._nnz
-        self._counts, self._nnz = counts, nnz
+        stale = np.zeros(capacity, dtype=bool)
+        stale[: self._stale.shape[0]] = self._stale
+        self._counts, self._nnz, self._stale = counts, nnz, stale
 
     def _column_of(self, y: str) -> int:
         column = self._column.get(y)
@@ -243,7 +250,8 @@ class TextModel(Model):
             self._column[y] = column
             self._counts = np.concatenate([self._counts, np.zeros((self._counts.shape[0], 1))], 1)
             for cells in self._row_counts:
-                cells.append(0.0)
+                if cells is not None:
+                    cells.append(0.0)
             self._row_cache.clear()
             self._n_docs = np.append(self._n_docs, 0.0)
             self._totals = np.append(self._totals, 0.0)
@@ -291,11 +299,8 @@ class TextModel(Model):
         old = self._counts[rows, column]
         new = old + sign * values
         self._counts[rows, column] = new
-        row_counts = self._row_counts
-        drop = self._row_cache.pop
-        for row, n in zip(rows.tolist(), new.tolist(), strict=True):
-            row_counts[row][column] = n
-            drop(row, None)
+        self._stale[rows] = True
+        self._any_stale = True
         self._totals[column] += sign * values.sum()
         if sign > 0 and not self._n_negative:
             # Counts only grow and none is negative: a row changes status iff it was zero.
@@ -345,7 +350,11 @@ class TextModel(Model):
             new_keys = [key for key, row in zip(x, rows, strict=True) if row < 0]
             self._key_bytes += sum(map(len, new_keys))
             self._add_rows(new_keys)
+            n_columns = len(self._labels)
+            self._row_counts.extend([0.0] * n_columns for _ in new_keys)
             rows = [index[key] for key in x]
+        if self._any_stale:
+            self._refresh(rows)
         column = self._column_of(y)
         n_docs = self._n_docs
         before = n_docs.item(column)
@@ -402,29 +411,36 @@ class TextModel(Model):
     def _tracks_updates(self) -> bool:
         return type(self)._after_update is not TextModel._after_update
 
-    def _short_log_joint(self, x: dict, top_k: int | None) -> dict[str, float] | None:
-        """Per-class log joint scores of a short message in plain Python (None: not here).
+    def _refresh(self, rows: list[int]) -> None:
+        """Copy into the row lists those of ``rows`` that the array path changed since."""
+        is_stale = self._stale.item
+        for row in rows:
+            if is_stale(row):
+                self._row_counts[row] = self._counts[row].tolist()
+                self._stale[row] = False
+                self._row_cache.pop(row, None)
 
-        The same operations in the same order as the array path: terms per token in message
-        order, summed left to right from 0.0, as ``einsum`` does for these shapes."""
+    def _short_log_joint(self, x: dict, top_k: int | None) -> dict[str, float] | None:
+        """Per-class log joint scores of a short message in plain Python (None: not here):
+        the array path's arithmetic on the row lists, equal to its scores to rounding."""
         if self._n_negative or self._negative_docs:
             return None  # a partial slice: the array path reports what is wrong with it
         index_get = self._index.get
         rows = []
         values = []
-        if len(self._keys) == self._vocab:
-            for key, value in x.items():
-                row = index_get(key)
-                if row is not None:
-                    rows.append(row)
-                    values.append(value)
-        else:  # some indexed tokens have left V (unlearned): they are not scored
+        for key, value in x.items():
+            row = index_get(key)
+            if row is not None:
+                rows.append(row)
+                values.append(value)
+        if self._any_stale:
+            self._refresh(rows)
+        if len(self._keys) != self._vocab:  # some indexed tokens have left V (unlearned)
             row_counts = self._row_counts
-            for key, value in x.items():
-                row = index_get(key)
-                if row is not None and any(row_counts[row]):
-                    rows.append(row)
-                    values.append(value)
+            kept = [i for i, row in enumerate(rows) if any(row_counts[row])]
+            if len(kept) < len(rows):
+                rows = [rows[i] for i in kept]
+                values = [values[i] for i in kept]
         return self._short_scores(rows, values, self._active_column_list(), top_k)
 
     def _active_column_list(self) -> list[int]:
@@ -478,6 +494,8 @@ class TextModel(Model):
         """Derive the bookkeeping kept beside the counts after a bulk change of them."""
         used = len(self._keys)
         self._row_counts = self._counts[:used].tolist()
+        self._stale[:] = False
+        self._any_stale = False
         self._row_cache.clear()
         self._nnz[:used] = np.count_nonzero(self._counts[:used], axis=1)
         self._vocab = int(np.count_nonzero(self._nnz[:used]))
