@@ -14,6 +14,8 @@
    SpamAssassin stream, and the size of its checkpoint.
 4. ``--model-step``: CPU time of the model's prequential step (predict, then learn the
    labelled) per SMS, short-message path against the numpy path, alternating, in-process.
+5. ``--breakdown``: where the daemon loop's time goes on the SMS stream, per stage, in
+   microseconds per record (wall time of each call, in-process, one round).
 
 Streams: 80% of messages labelled, 20% unlabelled (so predictions are produced), in corpus
 order; SMS as ``text``, SpamAssassin as ``raw_b64`` (the original bytes).
@@ -47,6 +49,7 @@ from streamnb.config import load_settings  # noqa: E402
 from streamnb.daemon import build_daemon  # noqa: E402
 from streamnb.kafka_io import create_topics, produce, read_all  # noqa: E402
 from streamnb.metrics import Metrics  # noqa: E402
+from streamnb.models import MultinomialNB  # noqa: E402
 from streamnb.state import read_checkpoint  # noqa: E402
 
 DATA = Path(os.environ.get("STREAMNB_DATA", REPO.parent / "shared" / "data"))
@@ -161,6 +164,73 @@ def daemon_loop(bootstrap: str, topic: str, n: int) -> float:
             daemon.io.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def breakdown(bootstrap: str, topic: str, n: int) -> None:
+    """Wall time per stage of one daemon loop over ``topic``, per record.
+
+    Stages overlap (predict and learn are inside process); time a Kafka client thread takes
+    the GIL from the loop is counted in whatever stage was running."""
+    import collections
+    import functools
+
+    import streamnb.daemon as daemon_module
+    from streamnb.feedback import FeedbackStore
+
+    spent: collections.Counter = collections.Counter()
+    calls: collections.Counter = collections.Counter()
+    restore = []
+
+    def timed(owner, name: str, stage: str) -> None:
+        function = getattr(owner, name)
+        if isinstance(owner, type):
+            restore.append((owner, name, owner.__dict__.get(name)))  # None: inherited
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[stage] += time.perf_counter() - started
+                calls[stage] += 1
+
+        setattr(owner, name, wrapper)
+
+    build = daemon_module.build_daemon
+
+    def build_timed(*args, **kwargs):
+        daemon = build(*args, **kwargs)
+        for name, stage in (("poll", "kafka poll"), ("send", "hand outputs to the producer"),
+                            ("flush", "producer flush")):
+            timed(daemon.io, name, stage)
+        for name, stage in (("process", "process (all of a batch)"), ("_learn", "learn"),
+                            ("checkpoint", "checkpoint (incl. flush)")):
+            timed(daemon, name, stage)
+        timed(daemon.pipeline, "prepare", "featurize")
+        timed(daemon.metrics, "observe_labelled", "metrics: queue observation")
+        timed(daemon.metrics, "_fold", "metrics: fold into the counts")
+        timed(daemon.store, "remember", "feedback store")
+        return daemon
+
+    globals()["build_daemon"] = build_timed
+    restore.append((daemon_module, "decode", daemon_module.decode))
+    timed(daemon_module, "decode", "decode JSON")
+    timed(FeedbackStore, "encode_x", "feedback store: encode x")
+    timed(MultinomialNB, "predict_proba_one", "predict")  # the default model
+    try:
+        total = daemon_loop(bootstrap, topic, n)
+    finally:
+        globals()["build_daemon"] = build
+        for owner, name, original in restore:
+            if original is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+    print(f"breakdown of one daemon loop over {n} records: {total:.2f} s, "
+          f"{total / n * 1e6:.0f} us per record")
+    for stage, seconds in sorted(spent.items(), key=lambda item: -item[1]):
+        print(f"  {stage:32s} {seconds / n * 1e6:7.1f} us/record  ({calls[stage]} calls)")
 
 
 # ---------------------------------------------------------------------- subprocess daemon
@@ -318,6 +388,8 @@ def main() -> int:
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--model-step", action="store_true",
                         help="also time the model's step per SMS, short path vs numpy path")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also print where the daemon loop's time goes on each stream")
     args = parser.parse_args()
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints where it is
     if args.child:
@@ -347,6 +419,8 @@ def main() -> int:
               f"bare consumer {n / b:,.0f} msg/s, daemon {n / d:,.0f} msg/s, "
               f"ratio {b / d:.3f}  [daemon rounds: "
               + ", ".join(f"{n / t:,.0f}" for t in loop) + "]")
+        if args.breakdown:
+            breakdown(args.bootstrap, topic, n)
     if args.model_step:
         model_step(max(args.rounds, 3))
     if not args.skip_latency:
