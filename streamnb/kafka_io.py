@@ -22,6 +22,7 @@ batch. A blocking commit is not allowed on that thread; :meth:`KafkaIO.commit` w
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import multiprocessing
@@ -258,6 +259,9 @@ class ProducerProcess:
         )
         self._process.start()
         child_end.close()
+        # At interpreter exit, multiprocessing joins its children; a child that was never
+        # closed (the daemon failed to start, say) ends when its pipe does, so close it first.
+        atexit.register(self._conn.close)
         self._pending: list[tuple] = []
         self._reply("start", self.START_TIMEOUT)
 
@@ -329,12 +333,15 @@ def _run_producer(config: dict, conn) -> None:
         if request == "send":
             for topic, key, value, headers in argument:
                 producer.send(topic, key, value, headers)
-        elif request == "flush":
-            conn.send(("ok", producer.take_errors(argument)))
-        else:
-            errors = producer.take_errors(argument)
+            continue
+        try:
+            reply = ("ok", producer.take_errors(argument))
+        except Exception as error:  # noqa: BLE001 - e.g. a flush timeout: the daemon decides
+            reply = ("failed", repr(error))
+        if request == "close":
             producer.close(argument)
-            conn.send(("ok", errors))
+        conn.send(reply)
+        if request == "close":
             return
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from streamnb.kafka_io import KafkaDeliveryError, ProducerProcess, create_topics, read_all
-from tests.integration.harness import DaemonProcess, wait_for, write_config
+from tests.integration.harness import REPO, DaemonProcess, wait_for, write_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -75,3 +77,22 @@ def test_the_producer_process_ignores_sigterm_and_ends_with_a_killed_daemon(
     daemon.kill()
     wait_for(lambda: not _running(child), 10,
              "the producer process to end after its daemon was killed")
+
+
+def test_a_program_that_never_closes_its_producer_process_still_exits(
+    tmp_path, kafka_bootstrap, topic_prefix
+):
+    # multiprocessing joins its children at exit, and the child ignores SIGTERM: without its
+    # pipe closed at exit, a daemon that failed after starting the child would hang here.
+    script = tmp_path / "forget.py"
+    script.write_text(
+        "from streamnb.kafka_io import ProducerProcess\n"
+        "if __name__ == '__main__':\n"
+        f"    producer = ProducerProcess({{'bootstrap_servers': {kafka_bootstrap!r}}})\n"
+        f"    producer.send({topic_prefix + '-out'!r}, None, b'x')\n"
+        "    producer.push()\n"
+        "    raise SystemExit(5)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, timeout=30,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 5
