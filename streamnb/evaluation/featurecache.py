@@ -7,7 +7,9 @@ modification time), the message order (shuffle, limit), the ``[features]`` table
 model takes numeric input, and the source code of the featurizer, pipeline and codec. Change any
 of them and the entry is simply not found.
 
-The entries are pickles: point the cache only at a folder you alone write to.
+Entries are JSON (never pickle, so a cache folder others can write to cannot run code): token
+counts, numeric vectors, what the featurizer truncated, and rejection reasons. An entry that
+cannot be read is featurized again and replaced.
 
 >>> key_of({"corpus": "x"}) == key_of({"corpus": "x"}) != key_of({"corpus": "y"})
 True
@@ -17,13 +19,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
 import os
-import pickle
 import tempfile
 from pathlib import Path
 
+import orjson
+
 from streamnb.evaluation.corpora import Corpus
 from streamnb.evaluation.replay import Featurizations, featurize_all
+from streamnb.pipeline import Prepared
+
+log = logging.getLogger("streamnb.evaluation")
+
+#: Bumped when the layout of an entry changes; part of every key.
+ENTRY_VERSION = 1
 
 __all__ = ["cached_featurize", "key_of"]
 
@@ -66,21 +77,57 @@ def cached_featurize(pipeline, corpus: Corpus, features: dict, directory: Path) 
             "features": features,
             "numeric": pipeline.numeric,
             "code": _code_digest(),
+            "entry": ENTRY_VERSION,
         }
     )
     directory = Path(directory)
-    entry = directory / f"{key}.pickle"
+    entry = directory / f"{key}.json"
     if entry.is_file():
-        with entry.open("rb") as handle:
-            return pickle.load(handle)
+        try:
+            return _decode(orjson.loads(entry.read_bytes()))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+            log.warning("feature cache entry %s unreadable (%s): featurizing again", entry, error)
     featurized = featurize_all(pipeline, corpus.messages)
     directory.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as out:
-            pickle.dump(featurized, out, protocol=pickle.HIGHEST_PROTOCOL)
+            out.write(orjson.dumps(_encode(featurized)))
         os.replace(temporary, entry)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
     return featurized
+
+
+def _number(value: float) -> float | str:
+    """JSON has no NaN or infinity: those travel as their str()."""
+    return value if math.isfinite(value) else str(value)
+
+
+def _encode(featurized: Featurizations) -> dict:
+    prepared = []
+    for item in featurized.prepared:
+        if isinstance(item, str):  # the reason the message was rejected
+            prepared.append({"rejected": item})
+        elif isinstance(item.x, dict):
+            prepared.append({"tokens": item.x, "truncated": list(item.truncated)})
+        else:
+            prepared.append({"numeric": [_number(float(v)) for v in item.x],
+                             "truncated": list(item.truncated)})
+    return {"version": ENTRY_VERSION, "prepared": prepared, "seconds": featurized.seconds}
+
+
+def _decode(body: dict) -> Featurizations:
+    if body["version"] != ENTRY_VERSION:
+        raise ValueError(f"entry version {body['version']!r}")
+    prepared = []
+    for item in body["prepared"]:
+        if "rejected" in item:
+            prepared.append(str(item["rejected"]))
+        elif "tokens" in item:
+            prepared.append(Prepared(dict(item["tokens"]), tuple(item["truncated"])))
+        else:
+            prepared.append(Prepared([float(v) for v in item["numeric"]],
+                                     tuple(item["truncated"])))
+    return Featurizations(prepared, [float(v) for v in body["seconds"]])
