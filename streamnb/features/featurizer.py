@@ -144,9 +144,17 @@ class Featurizer:
         if "*" in names:  # every header of the message, in the order first seen
             names = tuple(dict.fromkeys(n for n in (*names, *mail.headers) if n != "*"))
         for name in names:
-            for value in mail.headers.get(name, ()):
-                prefix = name + ":"
-                if name in _ADDRESS_FIELDS and "@" in value:
+            values = mail.headers.get(name)
+            if not values:
+                continue
+            prefix = name + ":"
+            if name not in _ADDRESS_FIELDS:
+                # The words of all of a field's values at once (a mail has five Received
+                # lines): no word spans the newline between two values.
+                tokens += prefixed(prefix, "\n".join(values))
+                continue
+            for value in values:
+                if "@" in value:
                     tokens += _address_tokens(prefix, value)
                     if not self.options.address_words:
                         value = _strip_addresses(value)

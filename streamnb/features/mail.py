@@ -206,9 +206,17 @@ def read_mail(
     if hint is None and mail.charsets:
         hint = mail.charsets[0]
     default = options.default_charset
+    fields = mail.headers
     for name, value in headers:
-        text = decode_header(value, hint, default)
-        mail.headers.setdefault(name, []).append(text)
+        if value.isascii() and b"\n" not in value and b"=?" not in value:
+            text = value.decode("ascii").strip()  # decode_header's result, without its steps
+        else:
+            text = decode_header(value, hint, default)
+        values = fields.get(name)
+        if values is None:
+            fields[name] = [text]
+        else:
+            values.append(text)
     mail.subject = mail.header("subject")
     for name in ("from", "sender", "reply-to"):
         for value in mail.headers.get(name, ()):
