@@ -56,9 +56,16 @@ def _running(pid: int) -> bool:
 
 def _spawned_children(pid: int) -> list[int]:
     """Child processes started by multiprocessing's spawn (not its resource tracker)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [int(c) for c in children
-            if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended while we looked
+        if parent == pid and b"spawn_main" in cmdline:
+            children.append(int(stat.parent.name))
+    return children
 
 
 def test_the_producer_process_ignores_sigterm_and_ends_with_a_killed_daemon(
