@@ -206,17 +206,9 @@ def read_mail(
     if hint is None and mail.charsets:
         hint = mail.charsets[0]
     default = options.default_charset
-    fields = mail.headers
     for name, value in headers:
-        if value.isascii() and b"\n" not in value and b"=?" not in value:
-            text = value.decode("ascii").strip()  # decode_header's result, without its steps
-        else:
-            text = decode_header(value, hint, default)
-        values = fields.get(name)
-        if values is None:
-            fields[name] = [text]
-        else:
-            values.append(text)
+        text = decode_header(value, hint, default)
+        mail.headers.setdefault(name, []).append(text)
     mail.subject = mail.header("subject")
     for name in ("from", "sender", "reply-to"):
         for value in mail.headers.get(name, ()):
@@ -294,6 +286,8 @@ def decode_header(value: bytes, hint: str | None = None, default: str = "cp1252"
     >>> decode_header(b"=?utf-8?q?a?=  =?utf-8?q?b?=\\n c")
     'ab c'
     """
+    if value.isascii() and b"=?" not in value:
+        return _unfold(value)  # most values: plain ASCII, no encoded word
     text = decode_text(value, None, hint, default)
     if "\n" in text:
         text = _FOLD_RE.sub(" ", text)
@@ -360,7 +354,7 @@ def _percent_decode(text: str, charset: str) -> str:
 def _header_value(headers: list[tuple[str, bytes]], name: str) -> str:
     for n, v in headers:
         if n == name:
-            return decode_header(v) if b"=?" in v or not v.isascii() else _unfold(v)
+            return decode_header(v)
     return ""
 
 
