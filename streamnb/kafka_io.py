@@ -290,6 +290,7 @@ class ProducerProcess:
             log.warning("producer process: %s", error)
         finally:
             self._conn.close()
+            atexit.unregister(self._conn.close)
             self._process.join(timeout=5)
             if self._process.is_alive():
                 self._process.kill()
