@@ -62,7 +62,6 @@ _MIME_HEADERS = ("content-type", "content-transfer-encoding", "content-dispositi
 # A mail starts with a header line (or an mbox "From " line); some archived articles start
 # with the continuation lines of a header whose first line was cut off.
 _LOOKS_LIKE_HEADER_RE = re.compile(rb"(?:[ \t][^\n]*+\n)*+(?:From |>?[!-9;-~]+[ \t]*:)")
-_FOLD_RE = re.compile(r"\s*\n\s*")
 # Encoded words may not contain spaces, but mailers wrote "=?GB2312?Q?Re: =D4=AD...?=" anyway.
 _ENCODED_WORD_RE = re.compile(r"=\?([^?\s]{1,40})\?([bBqQ])\?([^?]*)\?=")
 _ENCODED_WORD_CHARSET_RE = re.compile(rb"=\?([!-~]{1,40}?)\?[bBqQ]\?")
@@ -290,7 +289,7 @@ def decode_header(value: bytes, hint: str | None = None, default: str = "cp1252"
         return _unfold(value)  # most values: plain ASCII, no encoded word
     text = decode_text(value, None, hint, default)
     if "\n" in text:
-        text = _FOLD_RE.sub(" ", text)
+        text = _join_lines(text)
     if "=?" in text:
         text = _BETWEEN_ENCODED_WORDS_RE.sub(r"\1\2", text)
         text = _ENCODED_WORD_RE.sub(lambda m: _decode_word(m, hint, default), text)
@@ -360,7 +359,19 @@ def _header_value(headers: list[tuple[str, bytes]], name: str) -> str:
 
 def _unfold(value: bytes) -> str:
     text = value.decode("ascii")
-    return _FOLD_RE.sub(" ", text).strip() if "\n" in text else text.strip()
+    return _join_lines(text) if "\n" in text else text.strip()
+
+
+def _join_lines(text: str) -> str:
+    r"""``text`` with each line break and the white space around it made one space, stripped.
+
+    The same as ``re.sub(r"\s*\n\s*", " ", text).strip()``, several times faster: a folded
+    header value has a few lines, and that regex tries its match at every character.
+
+    >>> _join_lines(" Re: your\n\t offer \n\n  now ")
+    'Re: your offer now'
+    """
+    return " ".join(filter(None, map(str.strip, text.split("\n"))))
 
 
 def _read_entities(

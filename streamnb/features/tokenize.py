@@ -30,6 +30,7 @@ Rules (each an option of :class:`~streamnb.features.options.FeaturizerOptions`):
 from __future__ import annotations
 
 import re
+import string
 from collections import Counter
 from collections.abc import Callable, Iterable
 from itertools import filterfalse
@@ -64,20 +65,31 @@ def url_hosts(text: str) -> list[str]:
     ['shop.example.com', 'www.foo.org']
     """
     hosts = []
-    if "://" in text:
-        pieces = text.split("://")
-        match = _URL_HOST_RE.match
-        for before, after in zip(pieces, pieces[1:], strict=False):
-            if before[-5:].lower().endswith(_SCHEMES) and (found := match(after)):
-                hosts.append(found.group(1).lower())
+    # Each URL is looked at between the marker before it and the one after it (str.find, no
+    # copies of a long HTML part), as if the text had been split at the markers.
+    match = _URL_HOST_RE.match
+    start, at = 0, text.find("://")
+    while at >= 0:
+        after, following = at + 3, text.find("://", at + 3)
+        end = len(text) if following < 0 else following
+        if (
+            text[max(start, at - 5) : at].lower().endswith(_SCHEMES)
+            and (found := match(text, after, end))
+        ):
+            hosts.append(found.group(1).lower())
+        start, at = after, following
     if "WWW." in text:
         text = text.replace("WWW.", "www.")
-    if "www." in text:
-        pieces = text.split("www.")
-        match = _HOST_RE.match
-        for before, after in zip(pieces, pieces[1:], strict=False):
-            if (not before or before[-1] not in _NOT_BEFORE_WWW) and (found := match(after)):
-                hosts.append("www." + found.group().lower())
+    match = _HOST_RE.match
+    start, at = 0, text.find("www.")
+    while at >= 0:
+        after, following = at + 4, text.find("www.", at + 4)
+        end = len(text) if following < 0 else following
+        if (at == start or text[at - 1] not in _NOT_BEFORE_WWW) and (
+            found := match(text, after, end)
+        ):
+            hosts.append("www." + found.group().lower())
+        start, at = after, following
     return hosts
 
 
@@ -111,6 +123,16 @@ class Tokenizer:
                     else rf"[^\W_]\w*(?:[{inner}]+[^\W\d_]\w*)*")
         self._word_re = re.compile(word)
         self._ascii_word_re = re.compile(word, re.ASCII)  # same words, faster on ASCII text
+        # ASCII text is cut into chunks with str.translate and str.split, both in C: every
+        # ASCII character that can be in no word becomes a space. A chunk of letters and digits
+        # is one word; the rest (a joiner or "_" in it) goes through the regex, which cannot
+        # match across a space, so the words are the same as the regex's over the whole text.
+        word_chars = set(string.ascii_letters + string.digits + "_" + options.word_joiners)
+        self._ascii_separators = str.maketrans(
+            {chr(c): " " for c in range(128) if chr(c) not in word_chars}
+        )
+        # The bounds the word regex has built in, or that _bounded applies to joined words.
+        self._bounds = (options.min_token_len, options.max_token_len) if self._joined else (lo, hi)
         stop: set[str] = set(options.stop_words)
         for name in options.stop_lists:
             if name not in STOP_LISTS:
@@ -157,6 +179,24 @@ class Tokenizer:
                     words += map("".join, zip(chunk, chunk[1:], strict=False))
         return words
 
+    def _ascii_bag(self, text: str) -> Counter[str]:
+        """Counts of the words of ASCII ``text``, each distinct chunk looked at once.
+
+        The same counts as the word regex gives, in another order when a chunk is not a word.
+        """
+        lo, hi = self._bounds
+        counts = Counter(text.translate(self._ascii_separators).split())
+        odd = [c for c in counts if not (lo <= len(c) <= hi and c.isalnum())]
+        if odd:
+            popped = [(c, counts.pop(c)) for c in odd]
+            find = self._ascii_word_re.findall
+            for chunk, n in popped:
+                if not chunk.isalnum():
+                    for word in find(chunk):
+                        if lo <= len(word) <= hi:
+                            counts[word] += n
+        return counts
+
     def _bounded(self, words: list[str]) -> list[str]:
         """Words within the length bounds (the plain word regex has them built in)."""
         if not self._joined:
@@ -188,7 +228,7 @@ class Tokenizer:
             return Counter(self.words(text))
         text = self._prepare(text)
         if text.isascii():
-            return self._counted(self._ascii_word_re.findall(text))
+            return self._ascii_bag(text)
         if not _HAN_CHAR_RE.search(text):
             return self._counted(self._word_re.findall(text))
         chunks = _HAN_RUN_RE.split(text)
@@ -275,7 +315,7 @@ class Tokenizer:
             return [prefix + w for w in self.words(text)]
         words = self._ascii_word_re.findall(text)
         if self._joined:
-            lo, hi = self.options.min_token_len, self.options.max_token_len
+            lo, hi = self._bounds
             return [prefix + w for w in words if lo <= len(w) <= hi]
         return [prefix + w for w in words]
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import base64
+import re
 import tarfile
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamnb.features import Featurizer, FeaturizerOptions, read_mail
+from streamnb.features import mail as mail_module
 from streamnb.features.charsets import codec_for, decode_text
 
 
@@ -118,6 +122,12 @@ def test_folded_headers_and_encoded_words_across_lines():
     mail = read_mail(raw)
     assert mail.subject == "发票优惠 now"
     assert mail.to_addrs == ["a@b.com", "c@d.org"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab \t\n\r\x0b\x1f\xa0\u2003")), max_size=40))
+def test_folded_values_become_one_line_with_single_spaces_at_the_folds(value):
+    assert mail_module._join_lines(value) == re.sub(r"\s*\n\s*", " ", value).strip()
 
 
 def test_boundary_that_prefixes_a_nested_boundary():

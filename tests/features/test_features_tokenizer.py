@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamnb.features import Featurizer, FeaturizerOptions, Tokenizer
+from streamnb.features.tokenize import url_hosts
 
 SEED_003 = "我司可办理正规发票（保真）17%增值税发票点数优惠！"
 
@@ -229,3 +230,50 @@ def test_fast_count_equals_counting_the_ordered_words(text):
     assert tokenizer.count(text) == expected
     # the same words, cut in order when there are too many
     assert sum(tokenizer.count(text, max_tokens=3).values()) <= 3 + text.count("$")
+
+
+_ASCII_PIECES = st.text(alphabet=st.sampled_from(list("aZ09_-'$. \t\n\x1f/@")), max_size=120)
+_WORD_RULES = [
+    FeaturizerOptions(),
+    FeaturizerOptions(word_joiners=""),
+    FeaturizerOptions(word_joiners="'$-", join_digits=True),
+    FeaturizerOptions(lowercase=False, min_token_len=1, max_token_len=3),
+    FeaturizerOptions(word_joiners="", min_token_len=0, max_token_len=0),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ASCII_PIECES, st.sampled_from(range(len(_WORD_RULES))))
+def test_ascii_chunking_finds_the_same_words_as_the_word_regex(text, rules):
+    """ASCII text is split by translate/split, not the regex: the counts must not change."""
+    tokenizer = Tokenizer(_WORD_RULES[rules])
+    expected = Counter(tokenizer.words(text))  # the regex, in order
+    assert tokenizer.count(text, urls=False) - Counter(re.findall(r"\$\d+", text)) == expected
+    assert Counter(tokenizer.prefixed("subject:", text)) == Counter(
+        "subject:" + word for word in expected.elements()
+    )
+
+
+def _url_hosts_by_splitting(text):
+    """url_hosts as first written: the text split at each marker, each piece matched alone."""
+    from streamnb.features.tokenize import _HOST_RE, _NOT_BEFORE_WWW, _SCHEMES, _URL_HOST_RE
+
+    hosts = []
+    pieces = text.split("://")
+    for before, after in zip(pieces, pieces[1:], strict=False):
+        if before[-5:].lower().endswith(_SCHEMES) and (found := _URL_HOST_RE.match(after)):
+            hosts.append(found.group(1).lower())
+    pieces = text.replace("WWW.", "www.").split("www.")
+    for before, after in zip(pieces, pieces[1:], strict=False):
+        if (not before or before[-1] not in _NOT_BEFORE_WWW) and (found := _HOST_RE.match(after)):
+            hosts.append("www." + found.group().lower())
+    return hosts
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["http", "HTTPS", "ftp", "://", "www.", "WWW.", "a.b", "x", ".",
+                                 "-", "@", "/", " ", "\n", "1.2.3.4", "com", "user:pw@"]),
+                max_size=25))
+def test_url_hosts_are_found_between_markers_as_if_split_there(pieces):
+    text = "".join(pieces)
+    assert url_hosts(text) == _url_hosts_by_splitting(text)
