@@ -155,16 +155,21 @@ class Featurizer:
                 continue
             for value in values:
                 if "@" in value:
-                    tokens += _address_tokens(prefix, value)
+                    # One regex pass: the text around the addresses, then the addresses.
+                    pieces = _ADDRESS_SPLIT_RE.split(value)
+                    tokens += _address_tokens(prefix, pieces[1::2])
                     if not self.options.address_words:
-                        value = _strip_addresses(value)
+                        value = " ".join(pieces[0::2])  # each address made a space
                 tokens += prefixed(prefix, value)
         return tokens
 
 
-def _address_tokens(prefix: str, value: str) -> list[str]:
+_ADDRESS_SPLIT_RE = re.compile(f"({ADDRESS_RE.pattern})")
+
+
+def _address_tokens(prefix: str, addresses: list[str]) -> list[str]:
     tokens = []
-    for address in ADDRESS_RE.findall(value):
+    for address in addresses:
         address = address.lower()
         host = address.rpartition("@")[2]
         domain = registrable_domain(host)
@@ -172,10 +177,6 @@ def _address_tokens(prefix: str, value: str) -> list[str]:
         if host != domain:
             tokens.append(prefix + host)
     return tokens
-
-
-def _strip_addresses(value: str) -> str:
-    return ADDRESS_RE.sub(" ", value)
 
 
 def _mime_tokens(mail: ParsedMail) -> list[str]:

@@ -200,7 +200,7 @@ def read_mail(
     headers = _parse_headers(header_block, _wanted_headers(options.header_fields))
     # 8-bit text with no (usable) charset of its own is read with one the message declares
     # elsewhere: in an encoded word of a header, or in a Content-Type.
-    hint = _encoded_word_charset(headers)
+    hint = _encoded_word_charset(headers) if b"=?" in header_block else None
     _read_entities(mail, headers, body, hint, options, budget)
     if hint is None and mail.charsets:
         hint = mail.charsets[0]
@@ -285,8 +285,9 @@ def decode_header(value: bytes, hint: str | None = None, default: str = "cp1252"
     >>> decode_header(b"=?utf-8?q?a?=  =?utf-8?q?b?=\\n c")
     'ab c'
     """
-    if value.isascii() and b"=?" not in value:
-        return _unfold(value)  # most values: plain ASCII, no encoded word
+    if value.isascii() and b"=?" not in value:  # most values: plain ASCII, no encoded word
+        text = value.decode("ascii")
+        return _join_lines(text) if "\n" in text else text.strip()
     text = decode_text(value, None, hint, default)
     if "\n" in text:
         text = _join_lines(text)
@@ -355,11 +356,6 @@ def _header_value(headers: list[tuple[str, bytes]], name: str) -> str:
         if n == name:
             return decode_header(v)
     return ""
-
-
-def _unfold(value: bytes) -> str:
-    text = value.decode("ascii")
-    return _join_lines(text) if "\n" in text else text.strip()
 
 
 def _join_lines(text: str) -> str:
