@@ -204,10 +204,19 @@ def read_mail(
     _read_entities(mail, headers, body, hint, options, budget)
     if hint is None and mail.charsets:
         hint = mail.charsets[0]
-    default = options.default_charset
-    for name, value in headers:
-        text = decode_header(value, hint, default)
-        mail.headers.setdefault(name, []).append(text)
+    decoded = mail.headers
+    if header_block.isascii() and b"=?" not in header_block:  # nearly all mail: no decoding
+        for name, value in headers:
+            text = value.decode("ascii")
+            text = _join_lines(text) if "\n" in text else text.strip()
+            if name in decoded:
+                decoded[name].append(text)
+            else:
+                decoded[name] = [text]
+    else:
+        default = options.default_charset
+        for name, value in headers:
+            decoded.setdefault(name, []).append(decode_header(value, hint, default))
     mail.subject = mail.header("subject")
     for name in ("from", "sender", "reply-to"):
         for value in mail.headers.get(name, ()):
