@@ -207,8 +207,7 @@ def read_mail(
     decoded = mail.headers
     if header_block.isascii() and b"=?" not in header_block:  # nearly all mail: no decoding
         for name, value in headers:
-            text = value.decode("ascii")
-            text = _join_lines(text) if "\n" in text else text.strip()
+            text = _unfold(value)
             if name in decoded:
                 decoded[name].append(text)
             else:
@@ -295,8 +294,7 @@ def decode_header(value: bytes, hint: str | None = None, default: str = "cp1252"
     'ab c'
     """
     if value.isascii() and b"=?" not in value:  # most values: plain ASCII, no encoded word
-        text = value.decode("ascii")
-        return _join_lines(text) if "\n" in text else text.strip()
+        return _unfold(value)
     text = decode_text(value, None, hint, default)
     if "\n" in text:
         text = _join_lines(text)
@@ -365,6 +363,12 @@ def _header_value(headers: list[tuple[str, bytes]], name: str) -> str:
         if n == name:
             return decode_header(v)
     return ""
+
+
+def _unfold(value: bytes) -> str:
+    """A plain ASCII header value with no encoded word, as text: unfolded and stripped."""
+    text = value.decode("ascii")
+    return _join_lines(text) if "\n" in text else text.strip()
 
 
 def _join_lines(text: str) -> str:
