@@ -72,9 +72,8 @@ def url_hosts(text: str) -> list[str]:
     while at >= 0:
         after, following = at + 3, text.find("://", at + 3)
         end = len(text) if following < 0 else following
-        if (
-            text[max(start, at - 5) : at].lower().endswith(_SCHEMES)
-            and (found := match(text, after, end))
+        if text[max(start, at - 5) : at].lower().endswith(_SCHEMES) and (
+            found := match(text, after, end)
         ):
             hosts.append(found.group(1).lower())
         start, at = after, following
