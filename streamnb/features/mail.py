@@ -200,22 +200,16 @@ def read_mail(
     headers = _parse_headers(header_block, _wanted_headers(options.header_fields))
     # 8-bit text with no (usable) charset of its own is read with one the message declares
     # elsewhere: in an encoded word of a header, or in a Content-Type.
-    hint = _encoded_word_charset(headers) if b"=?" in header_block else None
+    encoded_words = b"=?" in header_block
+    hint = _encoded_word_charset(headers) if encoded_words else None
     _read_entities(mail, headers, body, hint, options, budget)
     if hint is None and mail.charsets:
         hint = mail.charsets[0]
-    decoded = mail.headers
-    if header_block.isascii() and b"=?" not in header_block:  # nearly all mail: no decoding
-        for name, value in headers:
-            text = _unfold(value)
-            if name in decoded:
-                decoded[name].append(text)
-            else:
-                decoded[name] = [text]
-    else:
-        default = options.default_charset
-        for name, value in headers:
-            decoded.setdefault(name, []).append(decode_header(value, hint, default))
+    plain = header_block.isascii() and not encoded_words  # nearly all mail: nothing to decode
+    default = options.default_charset
+    for name, value in headers:
+        text = _unfold(value) if plain else decode_header(value, hint, default)
+        mail.headers.setdefault(name, []).append(text)
     mail.subject = mail.header("subject")
     for name in ("from", "sender", "reply-to"):
         for value in mail.headers.get(name, ()):

@@ -200,14 +200,14 @@ class Tokenizer:
         """Words within the length bounds (the plain word regex has them built in)."""
         if not self._joined:
             return words
-        lo, hi = self.options.min_token_len, self.options.max_token_len
+        lo, hi = self._bounds
         return [w for w in words if lo <= len(w) <= hi]
 
     def _counted(self, words: list[str]) -> Counter[str]:
         """``Counter(self._bounded(words))``, with the bounds checked once per distinct word."""
         counts = Counter(words)  # counted in C
         if self._joined:
-            lo, hi = self.options.min_token_len, self.options.max_token_len
+            lo, hi = self._bounds
             for word in [w for w in counts if not lo <= len(w) <= hi]:
                 del counts[word]
         return counts
