@@ -234,6 +234,110 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
         print(f"  {stage:32s} {seconds / n * 1e6:7.1f} us/record  ({calls[stage]} calls)")
 
 
+def _cpu_per_record(step, items, rounds: int = 3) -> float:
+    """Median CPU µs per item of ``step(items)`` (one call over all items) over ``rounds``."""
+    times = []
+    for _ in range(rounds):
+        started = time.process_time()
+        step(items)
+        times.append((time.process_time() - started) / len(items) * 1e6)
+    return statistics.median(times)
+
+
+def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float) -> None:
+    """The CPU a record costs in the stages any daemon built on these parts must run, each
+    measured on its own, and the best throughput ratio two cores could then give.
+
+    A ratio r against the ceiling (the bare consumer's wall time per record, ``ceiling_us``,
+    as measured by the throughput rounds) leaves a record ceiling_us / r of wall time; with
+    the stages spread over both cores, perfectly, no design on these parts can beat
+    2 x ceiling_us / (sum of the stages' CPU)."""
+    from kafka import KafkaProducer
+
+    from streamnb.codec import decode, encode
+    from streamnb.feedback import FeedbackStore
+    from streamnb.kafka_io import producer_config
+    from streamnb.pipeline import build_pipeline
+
+    settings = load_settings(text=settings_text(bootstrap, topic, Path("/nonexistent"), "floor"),
+                             environ={})
+    n = len(values)
+
+    cpus = []
+    for _ in range(rounds):
+        consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
+                                 auto_offset_reset="earliest", enable_auto_commit=False,
+                                 max_poll_records=settings.kafka.max_poll_records)
+        seen, started = 0, None
+        while seen < n:
+            for records in consumer.poll(timeout_ms=200).values():
+                if started is None:
+                    started, cpu_started = True, time.process_time()
+                seen += len(records)
+        cpus.append((time.process_time() - cpu_started) / n * 1e6)
+        consumer.close(autocommit=False)
+    bare_cpu = statistics.median(cpus)
+
+    pipeline = build_pipeline({"kind": settings.model.kind, **settings.model.options},
+                              settings.features)
+    messages = [decode(v, default_id="x") for _, v, _ in values]
+    inputs = [pipeline.prepare(m).x for m in messages]
+    labels = [m.label for m in messages]
+    outputs = [encode({"id": m.id, "label": "ham", "probabilities": {"ham": 0.99, "spam": 0.01},
+                       "score": 0.99, "model_updates": i, "topic": topic, "partition": 0,
+                       "offset": i, "latency_seconds": 0.0001})
+               for i, m in enumerate(messages) if m.label is None]
+
+    def decode_and_featurize(items):
+        for _, value, _ in items:
+            pipeline.prepare(decode(value, default_id="x"))
+
+    def model_step(items):
+        model = pipeline.model.__class__(**settings.model.options)
+        if hasattr(model, "prequential_many"):
+            batch = settings.kafka.max_poll_records
+            for start in range(0, len(items), batch):
+                chunk = items[start:start + batch]
+                model.prequential_many([x for x, _ in chunk], [y for _, y in chunk])
+            return
+        for x, y in items:
+            model.predict_proba_one(x)
+            if y is not None:
+                model.learn_one(x, y)
+
+    def remember(items):
+        store = FeedbackStore(settings.feedback.max_ids, settings.feedback.max_bytes)
+        for i, (x, y) in enumerate(items):
+            store.remember(str(i), "t:0", FeedbackStore.encode_x(x), y)
+
+    def produce_outputs(records):
+        producer = KafkaProducer(**producer_config(settings.kafka))
+        for i, value in enumerate(records):
+            producer.send(f"{topic}-floor", key=b"%d" % i, value=value)
+        producer.flush()
+        producer.close()
+
+    create_topics(bootstrap, {f"{topic}-floor": 1})
+    pairs = list(zip(inputs, labels, strict=True))
+    stages = {
+        "kafka-python consumer (the bare consumer)": bare_cpu,
+        "decode JSON + featurize": _cpu_per_record(decode_and_featurize, values, rounds),
+        "model step (predict, learn the labelled)": _cpu_per_record(model_step, pairs, rounds),
+        "feedback store": _cpu_per_record(remember, pairs, rounds),
+        f"kafka-python producer ({len(outputs)} predictions)":
+            _cpu_per_record(produce_outputs, outputs, rounds) * len(outputs) / n,
+    }
+    total = sum(stages.values())
+    print(f"floor over {n} records, CPU per input record, median of {rounds} "
+          f"(ceiling: the bare consumer's {ceiling_us:.1f} us a record, "
+          f"{1e6 / ceiling_us:,.0f} msg/s):")
+    for stage, cpu in stages.items():
+        print(f"  {stage:44s} {cpu:6.1f} us")
+    print(f"  {'sum':44s} {total:6.1f} us")
+    print(f"  best ratio two cores allow (2 x {ceiling_us:.1f} / {total:.1f}): "
+          f"{2 * ceiling_us / total:.3f}; ratio 0.5 needs the sum <= {4 * ceiling_us:.1f} us")
+
+
 # ---------------------------------------------------------------------- subprocess daemon
 class Subprocess:
     def __init__(self, bootstrap: str, topic: str, workdir: Path, group: str):
@@ -391,6 +495,9 @@ def main() -> int:
                         help="also time the model's step per SMS, short path vs numpy path")
     parser.add_argument("--breakdown", action="store_true",
                         help="also print where the daemon loop's time goes on each stream")
+    parser.add_argument("--floor", action="store_true",
+                        help="also print the CPU per record of the stages every daemon on these "
+                             "parts must run, and the best ratio two cores allow")
     args = parser.parse_args()
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints where it is
     if args.child:
@@ -427,6 +534,8 @@ def main() -> int:
               + ", ".join(f"{n / t:,.0f}" for t in loop) + "]")
         if args.breakdown:
             breakdown(args.bootstrap, topic, n)
+        if args.floor:
+            floor(args.bootstrap, topic, values, max(args.rounds, 3), b / n * 1e6)
     if args.model_step:
         model_step(max(args.rounds, 3))
     if not args.skip_latency:

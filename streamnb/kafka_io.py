@@ -39,7 +39,7 @@ from kafka.structs import OffsetAndMetadata
 
 from streamnb.config import KafkaSettings
 
-__all__ = ["KafkaIO", "Record", "TP", "create_topics", "produce", "read_all"]
+__all__ = ["KafkaIO", "Record", "TP", "create_topics", "produce", "producer_config", "read_all"]
 
 log = logging.getLogger("streamnb.kafka")
 
@@ -76,6 +76,20 @@ def _tps(partitions: Iterable[TopicPartition]) -> list[TP]:
     return sorted((p.topic, p.partition) for p in partitions)
 
 
+def producer_config(settings: KafkaSettings) -> dict:
+    """kafka-python ``KafkaProducer`` arguments for the daemon's outputs."""
+    return {
+        "bootstrap_servers": settings.bootstrap_servers,
+        "client_id": f"{settings.client_id}-producer",
+        "acks": settings.producer_acks if settings.producer_acks == "all" else int(
+            settings.producer_acks
+        ),
+        "linger_ms": settings.producer_linger_ms,
+        "batch_size": 256 * 1024,
+        "enable_idempotence": settings.producer_acks == "all",
+    }
+
+
 class _Listener(ConsumerRebalanceListener):
     def __init__(self, io: KafkaIO):
         self.io = io
@@ -107,18 +121,8 @@ class KafkaIO:
         self.settings = settings
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
-        producer_config = {
-            "bootstrap_servers": settings.bootstrap_servers,
-            "client_id": f"{settings.client_id}-producer",
-            "acks": settings.producer_acks if settings.producer_acks == "all" else int(
-                settings.producer_acks
-            ),
-            "linger_ms": settings.producer_linger_ms,
-            "batch_size": 256 * 1024,
-            "enable_idempotence": settings.producer_acks == "all",
-        }
         self.producer = (ProducerProcess if settings.producer_process else Producer)(
-            producer_config
+            producer_config(settings)
         )
         self.consumer = KafkaConsumer(
             bootstrap_servers=settings.bootstrap_servers,
