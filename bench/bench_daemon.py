@@ -4,7 +4,8 @@
 
 1. Throughput: the daemon loop (poll, decode, featurize, predict, learn, emit, checkpoint) over
    the SMS and SpamAssassin streams, next to a bare kafka-python consumer reading the same topic
-   (the ceiling; both check record CRCs with the same implementation, printed first),
+   (the ceiling: ``bench.bare_consumer``, in a process that imports kafka-python only; both
+   check record CRCs with the same implementation, printed first),
    measured alternately in the same run, each round in a fresh process, timed from the first
    batch to the last record (the daemon's final checkpoint included); medians and the ratio
    are printed.
@@ -17,6 +18,10 @@
    labelled) per SMS, short-message path against the numpy path, alternating, in-process.
 5. ``--breakdown``: where the daemon loop's time goes on the SMS stream, per stage, in
    microseconds per record (wall time of each call, in-process, one round).
+6. ``--floor``: the CPU per record of each stage any daemon built on these parts must run
+   (the bare consumer's own, decode and featurize, the model step, the feedback store,
+   kafka-python's producer for the predictions), each timed on its own, and the best ratio
+   two cores could give with that work spread perfectly over them.
 
 Streams: 80% of messages labelled, 20% unlabelled (so predictions are produced), in corpus
 order; SMS as ``text``, SpamAssassin as ``raw_b64`` (the original bytes).
@@ -41,7 +46,6 @@ import uuid
 from pathlib import Path
 
 import orjson
-from kafka import KafkaConsumer  # the ceiling is kafka-python itself, so imported directly
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -95,30 +99,6 @@ STREAMS = {"sms": sms_values, "spamassassin": spamassassin_values}
 
 
 # ---------------------------------------------------------------------- throughput
-def bare_consumer(bootstrap: str, topic: str, n: int) -> float:
-    """Seconds for a bare kafka-python consumer to read ``n`` records, from its first batch."""
-    consumer = KafkaConsumer(
-        topic,
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        max_poll_records=500,
-    )
-    seen = 0
-    started = None
-    try:
-        while seen < n:
-            batches = consumer.poll(timeout_ms=200)
-            for records in batches.values():
-                if started is None:
-                    started = time.perf_counter()
-                seen += len(records)
-        return time.perf_counter() - started
-    finally:
-        consumer.close(autocommit=False)
-
-
 def settings_text(bootstrap: str, topic: str, workdir: Path, group: str) -> str:
     return f"""
 [kafka]
@@ -244,14 +224,15 @@ def _cpu_per_record(step, items, rounds: int = 3) -> float:
     return statistics.median(times)
 
 
-def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float) -> None:
+def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
+          bare_cpu: float) -> None:
     """The CPU a record costs in the stages any daemon built on these parts must run, each
     measured on its own, and the best throughput ratio two cores could then give.
 
     A ratio r against the ceiling (the bare consumer's wall time per record, ``ceiling_us``,
-    as measured by the throughput rounds) leaves a record ceiling_us / r of wall time; with
-    the stages spread over both cores, perfectly, no design on these parts can beat
-    2 x ceiling_us / (sum of the stages' CPU)."""
+    as measured by the throughput rounds, whose CPU per record is ``bare_cpu``) leaves a
+    record ceiling_us / r of wall time. With the stages spread over both cores, perfectly,
+    no design on these parts can beat 2 x ceiling_us / (sum of the stages' CPU)."""
     from kafka import KafkaProducer
 
     from streamnb.codec import decode, encode
@@ -262,21 +243,6 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float) ->
     settings = load_settings(text=settings_text(bootstrap, topic, Path("/nonexistent"), "floor"),
                              environ={})
     n = len(values)
-
-    cpus = []
-    for _ in range(rounds):
-        consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
-                                 auto_offset_reset="earliest", enable_auto_commit=False,
-                                 max_poll_records=settings.kafka.max_poll_records)
-        seen, started = 0, None
-        while seen < n:
-            for records in consumer.poll(timeout_ms=200).values():
-                if started is None:
-                    started, cpu_started = True, time.process_time()
-                seen += len(records)
-        cpus.append((time.process_time() - cpu_started) / n * 1e6)
-        consumer.close(autocommit=False)
-    bare_cpu = statistics.median(cpus)
 
     pipeline = build_pipeline({"kind": settings.model.kind, **settings.model.options},
                               settings.features)
@@ -438,18 +404,24 @@ def memory(bootstrap: str, topic: str, n: int) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300) -> float:
+def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300
+             ) -> tuple[float, float]:
     """Run one measurement in a fresh process (isolated memory, and a kafka-python stall
-    cannot hang the benchmark); retried once if it stalls."""
+    cannot hang the benchmark); retried once if it stalls. Returns (wall, CPU) seconds; the
+    CPU is the measured process's own (the daemon's producer child is not in it).
+
+    The bare consumer runs as ``bench.bare_consumer``, a process that imports kafka-python
+    only (see that module for why)."""
+    module = ["bench.bare_consumer"] if what == "bare" else ["bench.bench_daemon", "--child", what]
     for attempt in (1, 2):
         try:
             out = subprocess.run(
-                [sys.executable, "-m", "bench.bench_daemon", "--child", what, topic, str(n),
-                 "--bootstrap", bootstrap],
+                [sys.executable, "-m", *module, topic, str(n), "--bootstrap", bootstrap],
                 cwd=REPO, capture_output=True, text=True, timeout=timeout, check=True,
                 env={**os.environ, "PYTHONPATH": str(REPO)},
             ).stdout
-            return float(out.strip().splitlines()[-1])
+            wall, cpu = out.strip().splitlines()[-1].split()
+            return float(wall), float(cpu)
         except subprocess.TimeoutExpired:
             print(f"  {what} round stalled (attempt {attempt}); retrying", file=sys.stderr)
     raise RuntimeError(f"{what} stalled twice")
@@ -502,8 +474,9 @@ def main() -> int:
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints where it is
     if args.child:
         what, topic, n = args.child
-        run = bare_consumer if what == "bare" else daemon_loop
-        print(run(args.bootstrap, topic, int(n)))
+        cpu_started = time.process_time()
+        wall = daemon_loop(args.bootstrap, topic, int(n))
+        print(wall, time.process_time() - cpu_started)
         return 0
 
     from kafka.record import util as kafka_record_util  # which CRC-32C both readers use
@@ -524,18 +497,20 @@ def main() -> int:
         for round_ in range(args.rounds):
             bare.append(in_child("bare", args.bootstrap, topic, len(values)))
             loop.append(in_child("daemon", args.bootstrap, topic, len(values)))
-            print(f"  {name} round {round_ + 1}: bare {bare[-1]:.2f} s, daemon {loop[-1]:.2f} s",
+            print(f"  {name} round {round_ + 1}: bare {bare[-1][0]:.2f} s, "
+                  f"daemon {loop[-1][0]:.2f} s",
                   file=sys.stderr, flush=True)
-        b, d = statistics.median(bare), statistics.median(loop)
+        b, d = statistics.median(w for w, _ in bare), statistics.median(w for w, _ in loop)
         n = len(values)
         print(f"throughput {name} ({n} messages, median of {args.rounds}): "
               f"bare consumer {n / b:,.0f} msg/s, daemon {n / d:,.0f} msg/s, "
               f"ratio {b / d:.3f}  [daemon rounds: "
-              + ", ".join(f"{n / t:,.0f}" for t in loop) + "]")
+              + ", ".join(f"{n / t:,.0f}" for t, _ in loop) + "]")
         if args.breakdown:
             breakdown(args.bootstrap, topic, n)
         if args.floor:
-            floor(args.bootstrap, topic, values, max(args.rounds, 3), b / n * 1e6)
+            floor(args.bootstrap, topic, values, max(args.rounds, 3), b / n * 1e6,
+                  statistics.median(c for _, c in bare) / n * 1e6)
     if args.model_step:
         model_step(max(args.rounds, 3))
     if not args.skip_latency:
