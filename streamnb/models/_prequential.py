@@ -49,9 +49,19 @@ def takes(model: MultinomialNB) -> bool:
 def short_examples(model: MultinomialNB, xs: list, ys: list) -> list[bool]:
     """Per example, whether the short path takes it (``_short_counts``, str or no label):
     the vectorised step does those; the others, long or odd or bad inputs, go to the loop."""
+    limit = model._short_limit
+    short = [isinstance(x, dict) and len(x) <= limit and (y is None or isinstance(y, str))
+             for x, y in zip(xs, ys, strict=True)]
+    # Usually every count is an int in range and every token a str: one pass over all of them
+    # says so; otherwise each message is checked on its own.
+    candidates = [x for x, ok in zip(xs, short, strict=True) if ok]
+    values = list(chain.from_iterable(x.values() for x in candidates))
+    if (set(map(type, values)) <= {int} and set(map(type, chain.from_iterable(candidates))) <= {str}
+            and (not values or (min(values) > 0 and max(values) < _EXACT_COUNT))):
+        return short
     short_counts = model._short_counts
-    return [(y is None or isinstance(y, str)) and short_counts(x, learning=True) is not None
-            for x, y in zip(xs, ys, strict=True)]
+    return [ok and short_counts(x, learning=True) is not None
+            for x, ok in zip(xs, short, strict=True)]
 
 
 def _state_is_exact(model: MultinomialNB, rows: np.ndarray) -> bool:

@@ -340,8 +340,9 @@ class MultinomialNB(TextModel):
         if len(xs) != len(ys) or not _prequential.takes(self):
             return super().prequential_many(xs, ys)
         short = _prequential.short_examples(self, xs, ys)
-        if not all(short):
-            self._check_examples(xs, ys)  # before anything is learned
+        others = [i for i, ok in enumerate(short) if not ok]
+        if others:  # before anything is learned; the short ones are valid inputs
+            self._check_examples([xs[i] for i in others], [ys[i] for i in others])
         probas: list[dict[str, float]] = []
         start = 0
         for vectorised, run in groupby(short):
