@@ -15,7 +15,11 @@
 3. Memory: peak RSS (``VmHWM``) of a daemon subprocess after it has consumed the whole
    SpamAssassin stream, and the size of its checkpoint.
 4. ``--model-step``: CPU time of the model's prequential step (predict, then learn the
-   labelled) per SMS, short-message path against the numpy path, alternating, in-process.
+   labelled) per SMS, short-message path against the numpy path and the batch step
+   (``prequential_many`` over polls of 500), alternating, in-process.
+   ``--fake-loop``: CPU time per SMS record of the daemon loop over the test suite's in-memory
+   Kafka, record by record against runs scored with the batch step. Both need no broker:
+   ``--streams '' --skip-latency --model-step --fake-loop``.
 5. ``--breakdown``: where the daemon loop's time goes on the SMS stream, per stage, in
    microseconds per record (wall time of each call, in-process, one round).
 6. ``--floor``: the CPU per record of each stage any daemon built on these parts must run
@@ -427,31 +431,96 @@ def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300
     raise RuntimeError(f"{what} stalled twice")
 
 
+#: Records per poll in the in-process measurements (kafka-python's max_poll_records default).
+POLL_RECORDS = 500
+
+
 def model_step(rounds: int) -> None:
-    """CPU µs per SMS of predict + learn, the short-message path against the numpy path."""
+    """CPU µs per SMS of predict + learn: the short-message path, the numpy path, and the
+    batch step (``prequential_many`` over polls of 500), alternating, in-process."""
     from streamnb.features import Featurizer, FeaturizerOptions
     from streamnb.models import make_model
 
     featurizer = Featurizer(FeaturizerOptions())
-    stream = [(featurizer.from_text(orjson.loads(v)["text"]).tokens, label, b'"label"' in v)
-              for _, v, label in sms_values()]
+    stream = [(featurizer.from_text(orjson.loads(v)["text"]).tokens,
+               label if b'"label"' in v else None) for _, v, label in sms_values()]
+    chunks = [stream[i:i + POLL_RECORDS] for i in range(0, len(stream), POLL_RECORDS)]
+    polls = [([x for x, _ in chunk], [y for _, y in chunk]) for chunk in chunks]
+
+    def one_by_one(model) -> None:
+        for x, y in stream:
+            model.predict_proba_one(x)
+            if y is not None:
+                model.learn_one(x, y)
+
+    def batched(model) -> None:
+        for xs, ys in polls:
+            model.prequential_many(xs, ys)
+
+    contenders = (("short", None, one_by_one), ("numpy", 0, one_by_one),
+                  ("batched", None, batched))
     for kind in ("multinomial", "bernoulli"):
-        times: dict[str, list[float]] = {"short": [], "numpy": []}
+        times: dict[str, list[float]] = {name: [] for name, _, _ in contenders}
         for _ in range(rounds):
-            for path, limit in (("short", None), ("numpy", 0)):
+            for name, limit, step in contenders:
                 model = make_model(kind)
                 if limit is not None:
                     model._short_limit = limit
                 started = time.process_time()
-                for x, y, labelled in stream:
-                    model.predict_proba_one(x)
-                    if labelled:
-                        model.learn_one(x, y)
-                times[path].append((time.process_time() - started) / len(stream) * 1e6)
-        short, numpy_ = statistics.median(times["short"]), statistics.median(times["numpy"])
+                step(model)
+                times[name].append((time.process_time() - started) / len(stream) * 1e6)
+        short, numpy_, batch = (statistics.median(times[name]) for name, _, _ in contenders)
         print(f"model step {kind} (default options), SMS, CPU per message, median of {rounds}: "
-              f"short path {short:.0f} us, numpy path {numpy_:.0f} us, "
-              f"{numpy_ / short:.2f}x")
+              f"short path {short:.1f} us, numpy path {numpy_:.1f} us ({numpy_ / short:.2f}x), "
+              f"batched ({POLL_RECORDS} per call) {batch:.1f} us ({short / batch:.2f}x faster "
+              "than the short path)")
+
+
+def fake_loop(rounds: int) -> None:
+    """CPU µs per SMS record of the daemon loop (decode, featurize, predict, learn, emit) over
+    the in-memory Kafka of the test suite, polls of 500, record by record against runs scored
+    with the batch step, alternating, in-process."""
+    from streamnb.config import FeedbackSettings, ModelSettings
+    from tests.daemon.fakes import FakeIO, FakeKafka, RecordingMetrics, settings_for
+
+    values = sms_values()
+
+    def run(runs: bool) -> float:
+        workdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-"))
+        try:
+            kafka = FakeKafka({"in": 1})
+            for key, value, _ in values:
+                kafka.append("in", value, key=key, partition=0)
+            settings = settings_for(workdir, feedback=FeedbackSettings(),
+                                    model=ModelSettings(kind="multinomial",
+                                                        labels=("ham", "spam")))
+
+            def io_factory(on_assigned, on_revoked):
+                return FakeIO(kafka, ("in",), on_assigned, on_revoked, batch=POLL_RECORDS)
+
+            daemon = build_daemon(settings, metrics=RecordingMetrics(), io_factory=io_factory)
+            if not runs:
+                daemon._batches = lambda key: False
+            polls = []
+            while records := daemon.io.poll(0):
+                polls.append(records)
+            started = time.process_time()
+            for records in polls:
+                daemon.process(records)
+            elapsed = time.process_time() - started
+            daemon.io.flush()
+            return elapsed / len(values) * 1e6
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    times: dict[str, list[float]] = {"record by record": [], "runs": []}
+    for _ in range(rounds):
+        times["record by record"].append(run(False))
+        times["runs"].append(run(True))
+    before, after = (statistics.median(t) for t in times.values())
+    print(f"daemon loop, fake Kafka, SMS ({len(values)} records, polls of {POLL_RECORDS}), CPU "
+          f"per record, median of {rounds}: record by record {before:.1f} us, runs with the "
+          f"batch step {after:.1f} us ({before / after:.2f}x)")
 
 
 def main() -> int:
@@ -464,7 +533,11 @@ def main() -> int:
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--model-step", action="store_true",
-                        help="also time the model's step per SMS, short path vs numpy path")
+                        help="also time the model's step per SMS: short path, numpy path, "
+                        "batch step")
+    parser.add_argument("--fake-loop", action="store_true",
+                        help="also time the daemon loop per SMS record over an in-memory "
+                        "Kafka, record by record vs runs with the batch step")
     parser.add_argument("--breakdown", action="store_true",
                         help="also print where the daemon loop's time goes on each stream")
     parser.add_argument("--floor", action="store_true",
@@ -513,6 +586,8 @@ def main() -> int:
                   statistics.median(c for _, c in bare) / n * 1e6)
     if args.model_step:
         model_step(max(args.rounds, 3))
+    if args.fake_loop:
+        fake_loop(max(args.rounds, 3))
     if not args.skip_latency:
         latency(args.bootstrap, args.rate, sms_values())
     if not args.skip_memory and "spamassassin" in topics:

@@ -28,6 +28,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from streamnb import __version__
@@ -46,6 +47,24 @@ TP = tuple[str, int]
 DEAD_LETTER_LOG_FIRST = 10
 # Lag of every assigned partition is refreshed this often (a scrape interval is seconds).
 LAG_REPORT_SECONDS = 1.0
+
+
+@dataclass(slots=True)
+class _NewMessage:
+    """A message read and featurized, not yet scored; ``started`` is when its record's
+    processing began (the start of its latency)."""
+
+    record: Any
+    key: str
+    message: Message
+    x: Any
+    x_json: bytes
+    started: float
+
+
+def _predicted(proba: dict[str, float]) -> str | None:
+    # Ties go to the first class in sorted order, as the models' own predict_one does.
+    return max(sorted(proba), key=proba.__getitem__) if proba else None
 
 
 def slice_key(tp: TP) -> str:
@@ -224,16 +243,88 @@ class Daemon:
 
     # ------------------------------------------------------------------ processing
     def process(self, records: list) -> None:
-        """Apply one polled batch (records in offset order within each partition)."""
+        """Apply one polled batch (records in offset order within each partition).
+
+        Consecutive plain new messages (see :meth:`_read_new`) are scored and learned with one
+        ``prequential_many`` call of the live model, when that model is also the slice that
+        learns them (one assigned partition); every other record goes through
+        :meth:`_process_one`, after the run before it. Either way each record's outputs,
+        metrics and store updates are those of processing the records one by one, in order.
+        """
         with self.lock:
+            run: list[_NewMessage] = []
+            run_ids: set[str] = set()
             for record in records:
                 key = slice_key((record.topic, record.partition))
                 if key not in self.slices:
                     continue  # revoked while the batch was in flight: its new owner reads it
+                if self._batches(key):
+                    new = self._read_new(record, key, run_ids)
+                    if new is not None:
+                        run.append(new)
+                        run_ids.add(new.message.id)
+                        continue
+                    self._apply_run(run)
+                    run, run_ids = [], set()
                 self._process_one(record, key)
                 self.offsets[key] = record.offset + 1
+            self._apply_run(run)
             self.pending += len(records)
             self._flush_tally()
+
+    def _batches(self, key: str) -> bool:
+        """Whether records of ``key`` may be scored in runs: the live model is the slice
+        (learning goes to one model) and it has the batch step (the test fakes may not)."""
+        return self.live is self.slices[key] and hasattr(self.live, "prequential_many")
+
+    def _read_new(self, record, key: str, run_ids: set[str]) -> _NewMessage | None:
+        """``record`` as a plain new message: decoded, its label allowed, featurized, its id
+        neither remembered nor among ``run_ids`` (earlier in the run). None otherwise, with
+        nothing done: the per-record path then handles it (dead letter, feedback, duplicate
+        id)."""
+        started = time.perf_counter()
+        value = record.value
+        if value is not None and len(value) > self.max_value_bytes:
+            return None
+        try:
+            item = decode(value, default_id=f"{record.topic}:{record.partition}:{record.offset}")
+        except DecodeError:
+            return None
+        if (
+            isinstance(item, Feedback)
+            or not self._label_allowed(item.label)
+            or item.id in self.store
+            or item.id in run_ids
+        ):
+            return None
+        try:
+            x = self.pipeline.prepare(item).x
+            x_json = FeedbackStore.encode_x(x)
+        except Exception:  # noqa: BLE001 - the per-record path dead-letters it
+            return None
+        return _NewMessage(record, key, item, x, x_json, started)
+
+    def _apply_run(self, run: list[_NewMessage]) -> None:
+        """Score and learn a run of plain new messages with one ``prequential_many`` call."""
+        if not run:
+            return
+        updates = self.live.n_updates
+        try:
+            probas = self.live.prequential_many(
+                [new.x for new in run], [new.message.label for new in run]
+            )
+        except Exception:  # noqa: BLE001 - a rejected input: handled one record at a time
+            if self.live.n_updates != updates:
+                raise  # partly learned: only a restart from the last checkpoint is exact
+            for new in run:
+                self._predict_and_learn(new)
+                self.offsets[new.key] = new.record.offset + 1
+            return
+        for new, proba in zip(run, probas, strict=True):
+            self._record_scored(new, proba, updates)
+            if new.message.label is not None:
+                updates += 1
+            self.offsets[new.key] = new.record.offset + 1
 
     def report_lag(self) -> None:
         """Set the lag of every assigned partition whose high watermark is known.
@@ -279,8 +370,11 @@ class Daemon:
             return
         self._message(item, record, key, started)
 
+    def _label_allowed(self, label: str | None) -> bool:
+        return label is None or not self.labels or label in self.labels
+
     def _label_ok(self, label: str | None, record) -> bool:
-        if label is None or not self.labels or label in self.labels:
+        if self._label_allowed(label):
             return True
         self._dead_letter(
             record, "unknown_label", f"{label!r:.80} is not in model.labels {sorted(self.labels)}"
@@ -297,36 +391,57 @@ class Daemon:
             reason = getattr(error, "reason", None) or "parse_error"
             self._dead_letter(record, reason, str(error))
             return
+        self._predict_and_learn(_NewMessage(record, key, message, x, x_json, started))
+
+    def _predict_and_learn(self, new: _NewMessage) -> None:
+        """Predict a prepared message, then learn it (or its label, for a known id)."""
         try:
-            proba = self.live.predict_proba_one(x)
+            proba = self.live.predict_proba_one(new.x)
         except Exception as error:  # noqa: BLE001 - e.g. a vector of the wrong length
-            self._dead_letter(record, "model_rejected", str(error))
+            self._dead_letter(new.record, "model_rejected", str(error))
             return
-        # Ties go to the first class in sorted order, as the models' own predict_one does.
-        predicted = max(sorted(proba), key=proba.__getitem__) if proba else None
+        message, key = new.message, new.key
         label = message.label
         entry = self.store.get(message.id)
         if label is None:
             self._tally["consumed", "unlabelled"] += 1
             if entry is None:
-                self.store.remember(message.id, key, x_json, None)
-            self._emit(message.id, predicted, proba, record, started)
+                self.store.remember(message.id, key, new.x_json, None)
+            self._emit(message.id, _predicted(proba), proba, new.record, new.started)
             return
 
         self._tally["consumed", "labelled"] += 1
-        self.metrics.observe_labelled(label, predicted, proba)
+        self.metrics.observe_labelled(label, _predicted(proba), proba)
         if entry is None:
             try:
-                self._learn(key, x, label)
+                self._learn(key, new.x, label)
             except Exception as error:  # noqa: BLE001
-                self._dead_letter(record, "model_rejected", str(error))
+                self._dead_letter(new.record, "model_rejected", str(error))
                 return
-            self.store.remember(message.id, key, x_json, label)
+            self.store.remember(message.id, key, new.x_json, label)
         else:
             # The same id again (a producer retry, or a re-sent message): each id counts once,
             # under its latest label, exactly as feedback would treat it.
             self._apply_label(message.id, entry, label)
-        self._latencies.append(time.perf_counter() - started)
+        self._latencies.append(time.perf_counter() - new.started)
+
+    def _record_scored(self, new: _NewMessage, proba: dict, model_updates: int) -> None:
+        """What :meth:`_predict_and_learn` does besides the model's step, for a new message
+        whose prediction is ``proba`` and which the model has already learned if labelled;
+        ``model_updates`` is the live model's update count when it was predicted."""
+        message = new.message
+        label = message.label
+        if label is None:
+            self._tally["consumed", "unlabelled"] += 1
+            self.store.remember(message.id, new.key, new.x_json, None)
+            self._emit(message.id, _predicted(proba), proba, new.record, new.started,
+                       model_updates)
+            return
+        self._tally["consumed", "labelled"] += 1
+        self.metrics.observe_labelled(label, _predicted(proba), proba)
+        self._tally["learned", label] += 1
+        self.store.remember(message.id, new.key, new.x_json, label)
+        self._latencies.append(time.perf_counter() - new.started)
 
     def _feedback(self, feedback: Feedback, record) -> None:
         if not self._label_ok(feedback.label, record):
@@ -373,14 +488,15 @@ class Daemon:
             self.live.learn_one(x, label)
         self._tally["learned", label] += 1
 
-    def _emit(self, msg_id: str, predicted, proba: dict, record, started: float) -> None:
+    def _emit(self, msg_id: str, predicted, proba: dict, record, started: float,
+              model_updates: int | None = None) -> None:
         latency = time.perf_counter() - started
         prediction = {
             "id": msg_id,
             "label": predicted,
             "probabilities": proba,
             "score": proba[predicted] if predicted is not None else None,
-            "model_updates": self.live.n_updates,
+            "model_updates": self.live.n_updates if model_updates is None else model_updates,
             "topic": record.topic,
             "partition": record.partition,
             "offset": record.offset,

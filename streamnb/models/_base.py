@@ -207,6 +207,48 @@ class Model:
         for x, y in zip(X, ys, strict=True):
             self.unlearn_one(x, y)
 
+    def prequential_many(self, xs: Iterable, ys: Iterable[str | None]
+                         ) -> list[dict[str, float]]:
+        """Predict each input, then learn it if it is labelled, in order: a stream's step.
+
+        ``ys[i]`` is a label or None (unlabelled). ``proba_i`` is what
+        ``predict_proba_one(xs[i])`` returns after every earlier labelled pair was learned;
+        afterwards the model has learned all of them. This is the loop the daemon would run
+        per message; a model may do it faster (:class:`MultinomialNB` vectorises it) as long as
+        it returns what the loop returns. The inputs are checked first (``_check_examples``),
+        so a rejected one raises the error ``learn_one`` would, before anything is learned.
+
+        >>> from streamnb.models import make_model
+        >>> model = make_model("bernoulli")
+        >>> probas = model.prequential_many([{"win": 1}, {"hi": 1}, {"win": 1}],
+        ...                                 ["spam", "ham", None])
+        >>> probas[0], probas[1], model.n_updates
+        ({}, {'spam': 1.0}, 2)
+        >>> probas[2]["spam"] > 0.5
+        True
+        """
+        xs, ys = list(xs), list(ys)
+        if len(xs) != len(ys):
+            raise ModelInputError(f"prequential_many got {len(xs)} inputs but {len(ys)} labels")
+        self._check_examples(xs, ys)
+        return self._prequential_loop(xs, ys)
+
+    def _prequential_loop(self, xs: list, ys: list) -> list[dict[str, float]]:
+        """:meth:`prequential_many` on checked inputs, one message at a time."""
+        probas = []
+        for x, y in zip(xs, ys, strict=True):
+            probas.append(self.predict_proba_one(x))
+            if y is not None:
+                self.learn_one(x, y)
+        return probas
+
+    def _check_examples(self, xs: list, ys: list) -> None:
+        """Raise the error predicting then learning these examples in turn would raise first;
+        a model checks what it can without changing anything (the labels, at least)."""
+        for y in ys:
+            if y is not None:
+                check_label(y)
+
     def predict_log_proba_many(self, X: Iterable) -> list[dict[str, float]]:
         return [self.predict_log_proba_one(x) for x in X]
 

@@ -270,6 +270,20 @@ class TextModel(Model):
     def _training_values(self, values: np.ndarray) -> np.ndarray:
         return values
 
+    def _check_examples(self, xs: list, ys: list) -> None:
+        # In the order predicting and then learning each example would raise: the input
+        # (predict), then the label, then the token types (learn).
+        for x, y in zip(xs, ys, strict=True):
+            learning = y is not None
+            if self._short_counts(x, learning=learning) is None:
+                keys, _ = self._encode(x)
+                if learning:
+                    check_label(y)
+                    if self.n_buckets is None and not all(isinstance(k, str) for k in keys):
+                        raise ModelInputError("tokens must be str")
+            elif learning:
+                check_label(y)
+
     def learn_one(self, x: Mapping[str, float], y: str) -> None:
         """Count the message ``x`` (token -> count) as an example of class ``y``."""
         self._update(x, y, 1.0)

@@ -159,6 +159,17 @@ class GDA(Model):
             raise ModelInputError("features must be finite numbers")
         return vector
 
+    def _check_examples(self, xs: list, ys: list) -> None:
+        # The first labelled vector fixes the length of the others when none was learned yet.
+        n_features = self.n_features
+        for x, y in zip(xs, ys, strict=True):
+            length = self._vector(x).shape[0]
+            if n_features is not None and length != n_features:
+                raise ModelInputError(f"expected {n_features} features, got {length}")
+            if y is not None:
+                check_label(y)
+                n_features = length
+
     def _column_of(self, y: str, shift: np.ndarray) -> int:
         column = self._column.get(y)
         if column is None:

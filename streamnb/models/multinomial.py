@@ -35,11 +35,14 @@ Predict cost is O(tokens in the message × classes); it does not grow with the v
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from itertools import groupby
 from operator import mul
 from typing import ClassVar
 
 import numpy as np
 
+from streamnb.models import _prequential
 from streamnb.models._base import check_positive
 from streamnb.models._text import TextModel
 from streamnb.models.combining import log_robinson_indicator, robinson_f
@@ -316,6 +319,41 @@ class MultinomialNB(TextModel):
             for j, (c, lp, ld) in enumerate(zip(columns, log_prior, log_denominators,
                                                 strict=True))
         }
+
+    def prequential_many(self, xs: Iterable, ys: Iterable[str | None]
+                         ) -> list[dict[str, float]]:
+        """:meth:`Model.prequential_many`, vectorised over the batch when the short-message
+        path would score every message (see :mod:`streamnb.models._prequential`): the same
+        state bit for bit, the same probabilities to rounding. Other options, states and
+        inputs take the loop.
+
+        >>> xs = [{"win": 1, "cash": 1}, {"lunch": 1}, {"win": 1}, {"lunch": 1, "at": 1}]
+        >>> ys = ["spam", "ham", None, "ham"]
+        >>> batched, looped = MultinomialNB(), MultinomialNB()
+        >>> probas = batched.prequential_many(xs, ys)
+        >>> probas[:2], round(probas[2]["spam"], 3), batched.n_updates
+        ([{}, {'spam': 1.0}], 0.787, 3)
+        >>> looped_probas = looped._prequential_loop(xs, ys)   # the loop: equal to rounding
+        >>> all(abs(a[c] - b[c]) < 1e-12 for a, b in zip(looped_probas, probas) for c in a)
+        True
+        >>> looped.to_state() == batched.to_state()   # and the very same state
+        True
+        """
+        xs, ys = list(xs), list(ys)
+        if len(xs) != len(ys) or not _prequential.takes(self):
+            return super().prequential_many(xs, ys)
+        short = _prequential.short_examples(self, xs, ys)
+        others = [i for i, ok in enumerate(short) if not ok]
+        if others:  # before anything is learned; the short ones are valid inputs
+            self._check_examples([xs[i] for i in others], [ys[i] for i in others])
+        probas: list[dict[str, float]] = []
+        start = 0
+        for vectorised, run in groupby(short):
+            stop = start + len(list(run))
+            step = _prequential.prequential_many if vectorised else TextModel._prequential_loop
+            probas += step(self, xs[start:stop], ys[start:stop])
+            start = stop
+        return probas
 
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]

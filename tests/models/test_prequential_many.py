@@ -1,0 +1,214 @@
+"""``prequential_many`` is the prequential loop: the vectorised step of MultinomialNB returns the
+loop's probabilities (to rounding) and leaves the loop's state (exactly), with bookkeeping that
+keeps every later call behaving as on the model the loop trained."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamnb.models import ModelInputError, make_model
+from streamnb.models._text import SHORT_MESSAGE_TOKENS
+
+# Few words, so tokens repeat within a batch; a long message draws from many more.
+WORDS = ["win", "cash", "now", "lunch", "at", "noon", "发票", "naïve"]
+LONG_WORDS = [f"w{i}" for i in range(2 * SHORT_MESSAGE_TOKENS)]
+
+
+def _message(kind: int, seed: int) -> dict[str, int]:
+    rng = random.Random(seed)
+    if kind == 0:
+        return {}
+    if kind == 1:
+        return {rng.choice(WORDS): rng.randint(1, 3)}
+    if kind == 9:  # longer than the short path takes: the loop scores it
+        return {w: rng.randint(1, 2) for w in rng.sample(LONG_WORDS, SHORT_MESSAGE_TOKENS + 5)}
+    return {w: rng.randint(1, 3) for w in rng.sample(WORDS, rng.randint(2, len(WORDS)))}
+
+
+messages = st.builds(_message, st.integers(0, 9), st.integers(0, 2**16))
+# "eggs" is rare, so it often first appears in the middle of a batch.
+labels = st.sampled_from([None, None, "ham", "spam", "ham", "spam", "eggs"])
+stream = st.lists(st.tuples(messages, labels), max_size=40)
+# (message, label, unlearn?) learned before the batch: a prior state, some of it taken back.
+prior = st.lists(st.tuples(messages, st.sampled_from(["ham", "spam", "eggs"]), st.booleans()),
+                 max_size=15)
+OPTIONS = [
+    {},  # the defaults: binary counts, idf, length_norm, min_spread 0.5
+    {"repeated_words": "count"},
+    {"repeated_words": "mixed", "tf": "log", "temperature": 2.5},
+    {"repeated_words": "count", "idf": False, "length_norm": False, "min_spread": 0.0},
+    {"tf": "log", "idf": True, "length_norm": False, "min_spread": 0.3, "alpha": 1.0},
+    {"min_spread": 0.0, "alpha": 0.5},
+    {"min_spread": 2.0},
+    # the loop's options: the base-class step
+    {"complement": True},
+    {"combining": "robinson"},
+    {"top_k": 3},
+    {"n_buckets": 64},
+]
+options = st.sampled_from(OPTIONS)
+
+
+def replay(model, events):
+    learned = []
+    for x, y, unlearn in events:
+        if unlearn and learned:
+            model.unlearn_one(*learned.pop(0))
+        else:
+            model.learn_one(x, y)
+            learned.append((x, y))
+
+
+def loop(model, xs, ys):
+    probas = []
+    for x, y in zip(xs, ys, strict=True):
+        probas.append(model.predict_proba_one(x))
+        if y is not None:
+            model.learn_one(x, y)
+    return probas
+
+
+def assert_same_probas(expected: list[dict], got: list[dict]):
+    assert len(expected) == len(got)
+    for e, g in zip(expected, got, strict=True):
+        assert list(e) == list(g)  # the same classes, in the same order
+        for label in e:
+            assert abs(e[label] - g[label]) <= 1e-9
+
+
+def pair(opts, events):
+    looped, batched = make_model("multinomial", **opts), make_model("multinomial", **opts)
+    replay(looped, events)
+    replay(batched, events)
+    return looped, batched
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(options, prior, stream, st.lists(st.integers(0, 40), max_size=3), stream)
+def test_batches_give_the_loops_probabilities_state_and_later_behaviour(
+        opts, events, batch, cuts, after):
+    looped, batched = pair(opts, events)
+    xs = [x for x, _ in batch]
+    ys = [y for _, y in batch]
+    expected = loop(looped, xs, ys)
+    got = []
+    bounds = sorted({0, len(batch), *(c for c in cuts if c < len(batch))})
+    for start, stop in zip(bounds, bounds[1:], strict=False):
+        got += batched.prequential_many(xs[start:stop], ys[start:stop])
+    assert_same_probas(expected, got)
+    assert batched.to_state() == looped.to_state()
+    assert batched.n_updates == looped.n_updates
+    assert batched.vocabulary_size == looped.vocabulary_size
+    assert batched.state_nbytes() == looped.state_nbytes()
+    assert batched.classes == looped.classes
+
+    # The stream goes on one message at a time: predictions, learning and unlearning agree.
+    for x, y in after:
+        assert_same_probas([looped.predict_proba_one(x)], [batched.predict_proba_one(x)])
+        if y is not None:
+            looped.learn_one(x, y)
+            batched.learn_one(x, y)
+    for x, y in batch[:5]:
+        if y is not None:
+            looped.unlearn_one(x, y)
+            batched.unlearn_one(x, y)
+    assert batched.to_state() == looped.to_state()
+    for x in xs[:5] + [x for x, _ in after[:5]]:
+        assert_same_probas([looped.predict_proba_one(x)], [batched.predict_proba_one(x)])
+
+    # Merging: into another model, and another model into it.
+    other = make_model("multinomial", **opts)
+    replay(other, [(x, y, False) for x, y in batch if y is not None][:6])
+    assert (batched + other).to_state() == (looped + other).to_state()
+    merged_b, merged_l = other.copy(), other.copy()
+    merged_b += batched
+    merged_l += looped
+    assert merged_b.to_state() == merged_l.to_state()
+    for x in xs[:5]:
+        assert_same_probas([merged_l.predict_proba_one(x)], [merged_b.predict_proba_one(x)])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(options, prior, stream, stream)
+def test_a_second_batch_after_a_loaded_or_array_path_state(opts, events, first, second):
+    """A state rebuilt by from_state, or changed by the array path (stale row lists), then
+    batches: the same as the loop."""
+    looped, batched = pair(opts, events)
+    # (a loaded model orders its class columns by label: so must the reference)
+    looped, batched = (type(m).from_state(m.to_state()) for m in (looped, batched))
+    for model in (looped, batched):
+        model.learn_one({"win": 1.0, "cash": 2.0, "lunch": 0}, "spam")  # floats: array path
+    for batch in (first, second):
+        xs = [x for x, _ in batch]
+        ys = [y for _, y in batch]
+        assert_same_probas(loop(looped, xs, ys), batched.prequential_many(xs, ys))
+        assert batched.to_state() == looped.to_state()
+
+
+@pytest.mark.parametrize("kind", ["multinomial", "bernoulli"])
+@pytest.mark.parametrize("bad, error", [
+    ({"cash": -1}, "token counts must be finite numbers >= 0"),
+    ({"cash": math.nan}, "token counts must be finite numbers >= 0"),
+    ({"cash": "x"}, "token counts must be numbers"),
+    ({7: 1}, "tokens must be str"),
+    (["cash"], "text models take a mapping token -> count, got list"),
+])
+def test_a_bad_input_raises_the_loops_error_and_changes_nothing(kind, bad, error):
+    model = make_model(kind)
+    model.learn_many([{"cash": 2, "win": 1}, {"lunch": 1}], ["spam", "ham"])
+    before = model.to_state()
+    with pytest.raises(ModelInputError) as expected:
+        make_model(kind).learn_one(bad, "spam")
+    assert str(expected.value) == error
+    xs = [{"win": 1, "new": 1}, {"lunch": 2}, bad, {"cash": 1}]
+    with pytest.raises(ModelInputError, match=f"^{error}$"):
+        model.prequential_many(xs, ["spam", "eggs", "spam", None])
+    assert model.to_state() == before
+    assert model.classes == ["ham", "spam"]
+    same = model.copy()
+    assert_same_probas(loop(same, xs[:2], ["spam", None]),
+                       model.prequential_many(xs[:2], ["spam", None]))
+    assert model.to_state() == same.to_state()
+
+
+def test_a_bad_label_raises_before_anything_is_learned():
+    model = make_model("multinomial")
+    with pytest.raises(ModelInputError, match="labels must be str"):
+        model.prequential_many([{"a": 1}, {"b": 1}], ["spam", 3])
+    assert model.n_updates == 0 and model.vocabulary_size == 0
+    with pytest.raises(ModelInputError, match="2 inputs but 1 labels"):
+        model.prequential_many([{"a": 1}, {"b": 1}], ["spam"])
+
+
+def test_gda_gets_the_loop_and_checks_lengths_first():
+    model, looped = make_model("gda"), make_model("gda")
+    xs = [[0.0, 1.0], [1.0, 0.5], [0.2, 0.9], [1.1, 0.4], [0.5, 0.5]]
+    ys = ["ham", "spam", "ham", "spam", None]
+    assert_same_probas(loop(looped, xs, ys), model.prequential_many(xs, ys))
+    before = model.to_state()
+    with pytest.raises(ModelInputError, match="expected 2 features, got 3"):
+        model.prequential_many([[0.0, 1.0], [0.0, 1.0, 2.0]], ["ham", None])
+    assert model.to_state() == before
+    fresh = make_model("gda")
+    with pytest.raises(ModelInputError, match="expected 3 features, got 2"):
+        fresh.prequential_many([[0.0, 1.0, 2.0], [0.0, 1.0]], ["ham", None])
+    assert fresh.n_updates == 0
+
+
+def test_an_sms_stream_in_batches_of_500_is_the_loop(sms):
+    xs, ys = sms
+    rng = random.Random(3)
+    ys = [y if rng.random() < 0.8 else None for y in ys[:3000]]
+    xs = xs[:3000]
+    looped, batched = make_model("multinomial"), make_model("multinomial")
+    expected = loop(looped, xs, ys)
+    got = []
+    for start in range(0, len(xs), 500):
+        got += batched.prequential_many(xs[start:start + 500], ys[start:start + 500])
+    assert_same_probas(expected, got)
+    assert batched.to_state() == looped.to_state()
