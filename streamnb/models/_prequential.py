@@ -281,15 +281,16 @@ def _as_dicts(model: MultinomialNB, proba: np.ndarray, active: np.ndarray
     if not n_columns:
         return [{} for _ in range(proba.shape[0])]
     out: list = [None] * proba.shape[0]
-    pattern = active @ (1 << np.arange(n_columns))
+    patterns, which = np.unique(active, axis=0, return_inverse=True)
+    which = which.reshape(-1)
     labels = model._labels
-    for key in np.unique(pattern).tolist():
-        members = np.flatnonzero(pattern == key)
-        if not key:  # before any class was learned
+    for k, pattern in enumerate(patterns):
+        members = np.flatnonzero(which == k)
+        columns = np.flatnonzero(pattern).tolist()
+        if not columns:  # before any class was learned
             for i in members.tolist():
                 out[i] = {}
             continue
-        columns = [c for c in range(n_columns) if key >> c & 1]
         names = [labels[c] for c in columns]
         for i, row in zip(members.tolist(), proba[np.ix_(members, columns)].tolist(),
                           strict=True):

@@ -212,3 +212,17 @@ def test_an_sms_stream_in_batches_of_500_is_the_loop(sms):
         got += batched.prequential_many(xs[start:start + 500], ys[start:start + 500])
     assert_same_probas(expected, got)
     assert batched.to_state() == looped.to_state()
+
+
+def test_many_classes_each_message_gets_the_classes_learned_before_it():
+    """More classes than bits in a machine word (a newsgroup-per-class stream, say)."""
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(300)]
+    classes = [f"c{i:02d}" for i in range(80)]
+    xs = [{w: rng.randint(1, 3) for w in rng.sample(words, rng.randint(0, 12))}
+          for _ in range(600)]
+    ys = [None if rng.random() < 0.2 else rng.choice(classes) for _ in xs]
+    batched, looped = make_model("multinomial"), make_model("multinomial")
+    got = batched.prequential_many(xs, ys)
+    assert_same_probas(loop(looped, xs, ys), got)
+    assert batched.to_state() == looped.to_state()
