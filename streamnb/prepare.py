@@ -19,6 +19,10 @@ reason and detail strings, never as exception objects, whose constructors do not
 * ``None`` for a value over ``limits.max_value_bytes``: it is never decoded (nor sent to the
   child); the daemon dead-letters it as ``too_large`` without looking at a result.
 
+From the child, token counts (a ``dict``, the text models' input) travel only as their
+``x_json`` and are rebuilt with :func:`orjson.loads`, which gives back an equal dict in the same
+order: on SMS, unpickling the dicts cost the daemon 10 µs a record, the JSON 4 µs.
+
 >>> from tests.daemon.fakes import WordPipeline
 >>> preparer = InProcessPreparer(WordPipeline(), max_value_bytes=100)
 >>> values = [b'{"id": "a", "text": "hi hi"}', b"[1]", b"x" * 101]
@@ -33,6 +37,8 @@ import multiprocessing
 import signal
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import orjson
 
 from streamnb.codec import DecodeError, Feedback, decode
 from streamnb.feedback import FeedbackStore
@@ -79,6 +85,18 @@ def _prepare_batch(pipeline: Any, values: Sequence[bytes | None | bool],
     """Results of a batch in which ``False`` stands for a value too large to be looked at."""
     return [None if value is False else prepare_value(pipeline, value, default_id)
             for value, default_id in zip(values, default_ids, strict=True)]
+
+
+def _without_token_counts(results: list[Result]) -> list[Result]:
+    """``results`` for the pipe: a message's token counts are left to its ``x_json``."""
+    return [(MESSAGE, r[1], r[2], None, r[4]) if r and r[0] == MESSAGE and type(r[3]) is dict
+            else r for r in results]
+
+
+def _with_token_counts(results: list[Result]) -> list[Result]:
+    """The inverse of :func:`_without_token_counts`."""
+    return [(MESSAGE, r[1], r[2], orjson.loads(r[4]), r[4])
+            if r and r[0] == MESSAGE and r[3] is None else r for r in results]
 
 
 def _stand_ins(values: Sequence[bytes | None], max_value_bytes: int) -> list[bytes | None | bool]:
@@ -170,7 +188,8 @@ class ProcessPreparer:
 
     def _receive_owed(self) -> None:
         """Receive the results of the oldest ticket still owed (the child answers in order)."""
-        self._received[self._owed[0]] = self._receive("prepare a batch", None)
+        results = self._receive("prepare a batch", None)
+        self._received[self._owed[0]] = _with_token_counts(results)
         self._owed.pop(0)
 
     def _receive(self, what: str, timeout: float | None) -> Any:
@@ -216,7 +235,7 @@ def _run_preparer(factory: Callable[..., Any], args: tuple, conn) -> None:
         except (EOFError, ConnectionError, OSError):  # closed by the daemon, or it is gone
             return
         try:
-            reply = ("ok", _prepare_batch(pipeline, values, default_ids))
+            reply = ("ok", _without_token_counts(_prepare_batch(pipeline, values, default_ids)))
         except Exception as error:  # noqa: BLE001 - the daemon fails, as it would in-process
             reply = ("failed", repr(error))
         try:
