@@ -750,16 +750,18 @@ class Daemon:
         self._in_flight = _InFlight(records, ticket, self.generation)
 
     def _process_in_flight(self, in_flight: _InFlight, prepared: list) -> int:
-        if in_flight.generation != self.generation:
-            log.info(
-                "a rebalance happened while %d polled record(s) were being prepared: they are "
-                "dropped and read again from the saved offsets",
-                len(in_flight.records),
-                extra={"event": "batch_dropped", "records": len(in_flight.records)},
-            )
-            return 0
-        self.process(in_flight.records, prepared)
-        return len(in_flight.records)
+        """Process ``in_flight`` unless a rebalance came after its poll (see :meth:`step`)."""
+        with self.lock:  # the rebalance callbacks bump the generation under the same lock
+            if in_flight.generation == self.generation:
+                self.process(in_flight.records, prepared)
+                return len(in_flight.records)
+        log.info(
+            "a rebalance happened while %d polled record(s) were being prepared: they are "
+            "dropped and read again from the saved offsets",
+            len(in_flight.records),
+            extra={"event": "batch_dropped", "records": len(in_flight.records)},
+        )
+        return 0
 
     def close(self) -> None:
         """Close the Kafka side, then end the preparer."""
