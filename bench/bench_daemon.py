@@ -17,8 +17,9 @@
 4. ``--model-step``: CPU time of the model's prequential step (predict, then learn the
    labelled) per SMS, short-message path against the numpy path and the batch step
    (``prequential_many`` over polls of 500), alternating, in-process.
-   ``--fake-loop``: CPU time per SMS record of the daemon loop over the test suite's in-memory
-   Kafka, record by record against runs scored with the batch step. Both need no broker:
+   ``--fake-loop``: CPU and wall time per SMS record of the daemon loop over the test suite's
+   in-memory Kafka: record by record, runs scored with the batch step, and runs with decoding
+   and featurizing in the prepare process (its CPU reported apart). Both need no broker:
    ``--streams '' --skip-latency --model-step --fake-loop``.
 5. ``--breakdown``: where the daemon loop's time goes on the SMS stream, per stage, in
    microseconds per record (wall time of each call, in-process, one round).
@@ -135,18 +136,16 @@ def daemon_loop(bootstrap: str, topic: str, n: int) -> float:
         done = 0
         try:
             while done < n:
-                records = daemon.io.poll(200)
-                if records and started is None:
+                done += daemon.step(200)  # the loop body of Daemon.run
+                if started is None and (done or daemon.in_flight):
                     started = time.perf_counter()
-                if records:
-                    daemon.process(records)
-                    done += len(records)
                 if daemon.checkpoint_due():
                     daemon.checkpoint("interval")
+            daemon.drain()
             daemon.checkpoint("end")
             return time.perf_counter() - started
         finally:
-            daemon.io.close()
+            daemon.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -160,6 +159,7 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
     import functools
 
     import streamnb.daemon as daemon_module
+    import streamnb.prepare as prepare_module
     from streamnb.feedback import FeedbackStore
 
     spent: collections.Counter = collections.Counter()
@@ -192,15 +192,16 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
         for name, stage in (("process", "process (all of a batch)"), ("_learn", "learn"),
                             ("checkpoint", "checkpoint (incl. flush)")):
             timed(daemon, name, stage)
-        timed(daemon.pipeline, "prepare", "featurize")
+        timed(daemon.pipeline, "prepare", "featurize (in this process)")
+        timed(daemon.preparer, "results", "wait for the prepared results")
         timed(daemon.metrics, "observe_labelled", "metrics: queue observation")
         timed(daemon.metrics, "_fold", "metrics: fold into the counts")
         timed(daemon.store, "remember", "feedback store")
         return daemon
 
     globals()["build_daemon"] = build_timed
-    restore.append((daemon_module, "decode", daemon_module.decode))
-    timed(daemon_module, "decode", "decode JSON")
+    restore.append((prepare_module, "decode", prepare_module.decode))
+    timed(prepare_module, "decode", "decode JSON (in this process)")
     timed(FeedbackStore, "encode_x", "feedback store: encode x")
     timed(MultinomialNB, "predict_proba_one", "predict")  # the default model
     try:
@@ -213,7 +214,8 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
             else:
                 setattr(owner, name, original)
     print(f"breakdown of one daemon loop over {n} records: {total:.2f} s, "
-          f"{total / n * 1e6:.0f} us per record")
+          f"{total / n * 1e6:.0f} us per record (decode and featurize: in the prepare process "
+          "unless pipeline.prepare_process = false)")
     for stage, seconds in sorted(spent.items(), key=lambda item: -item[1]):
         print(f"  {stage:32s} {seconds / n * 1e6:7.1f} us/record  ({calls[stage]} calls)")
 
@@ -476,51 +478,73 @@ def model_step(rounds: int) -> None:
               f"{batch:.1f} us (short path time / batched: {short / batch:.2f}x)")
 
 
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by the live process ``pid``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def fake_loop(rounds: int) -> None:
-    """CPU µs per SMS record of the daemon loop (decode, featurize, predict, learn, emit) over
-    the in-memory Kafka of the test suite, polls of 500, record by record against runs scored
-    with the batch step, alternating, in-process."""
-    from streamnb.config import FeedbackSettings, ModelSettings
+    """CPU and wall µs per SMS record of the daemon loop (``Daemon.step``: poll, decode,
+    featurize, predict, learn, emit) over the in-memory Kafka of the test suite, polls of 500,
+    alternating: record by record and with runs scored by the batch step, both decoding and
+    featurizing in-process (``pipeline.prepare_process = false``), and with runs and the
+    prepare process (the default), whose own CPU is reported apart."""
+    from streamnb.config import FeedbackSettings, ModelSettings, PipelineSettings
     from tests.daemon.fakes import FakeIO, FakeKafka, RecordingMetrics, settings_for
 
     values = sms_values()
+    n = len(values)
 
-    def run(runs: bool) -> float:
+    def run(runs: bool, prepare_process: bool) -> tuple[float, float, float]:
         workdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-"))
         try:
             kafka = FakeKafka({"in": 1})
             for key, value, _ in values:
                 kafka.append("in", value, key=key, partition=0)
-            settings = settings_for(workdir, feedback=FeedbackSettings(),
-                                    model=ModelSettings(kind="multinomial",
-                                                        labels=("ham", "spam")))
+            settings = settings_for(
+                workdir, feedback=FeedbackSettings(),
+                model=ModelSettings(kind="multinomial", labels=("ham", "spam")),
+                pipeline=PipelineSettings(prepare_process=prepare_process))
 
             def io_factory(on_assigned, on_revoked):
                 return FakeIO(kafka, ("in",), on_assigned, on_revoked, batch=POLL_RECORDS)
 
             daemon = build_daemon(settings, metrics=RecordingMetrics(), io_factory=io_factory)
-            if not runs:
-                daemon._batches = lambda key: False
-            polls = []
-            while records := daemon.io.poll(0):
-                polls.append(records)
-            started = time.process_time()
-            for records in polls:
-                daemon.process(records)
-            elapsed = time.process_time() - started
-            daemon.io.flush()
-            return elapsed / len(values) * 1e6
+            try:
+                if not runs:
+                    daemon._batches = lambda key: False
+                child = getattr(daemon.preparer, "pid", None)
+                child_cpu = _process_cpu(child) if child else 0.0
+                cpu, wall = time.process_time(), time.perf_counter()
+                done = 0
+                while True:
+                    done += daemon.step(0)
+                    if daemon.io.caught_up() and not daemon.in_flight:
+                        break
+                cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+                child_cpu = _process_cpu(child) - child_cpu if child else 0.0
+                assert done == n, (done, n)
+                daemon.io.flush()
+            finally:
+                daemon.close()
+            return cpu / n * 1e6, wall / n * 1e6, child_cpu / n * 1e6
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    times: dict[str, list[float]] = {"record by record": [], "runs": []}
+    contenders = {"record by record, in-process": (False, False),
+                  "runs, in-process": (True, False),
+                  "runs, prepare process": (True, True)}
+    times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in contenders}
     for _ in range(rounds):
-        times["record by record"].append(run(False))
-        times["runs"].append(run(True))
-    before, after = (statistics.median(t) for t in times.values())
-    print(f"daemon loop, fake Kafka, SMS ({len(values)} records, polls of {POLL_RECORDS}), CPU "
-          f"per record, median of {rounds}: record by record {before:.1f} us, runs with the "
-          f"batch step {after:.1f} us ({before / after:.2f}x)")
+        for name, (runs, prepare_process) in contenders.items():
+            times[name].append(run(runs, prepare_process))
+    print(f"daemon loop, fake Kafka, SMS ({n} records, polls of {POLL_RECORDS}), per record, "
+          f"median of {rounds} interleaved rounds:")
+    for name, measured in times.items():
+        cpu, wall, child = (statistics.median(m[i] for m in measured) for i in range(3))
+        print(f"  {name:30s} CPU {cpu:6.1f} us, wall {wall:6.1f} us"
+              + (f", prepare process CPU {child:5.1f} us" if child else ""))
 
 
 def main() -> int:
@@ -537,7 +561,8 @@ def main() -> int:
                         "batch step")
     parser.add_argument("--fake-loop", action="store_true",
                         help="also time the daemon loop per SMS record over an in-memory "
-                        "Kafka, record by record vs runs with the batch step")
+                        "Kafka: record by record, runs with the batch step, and runs with the "
+                        "prepare process")
     parser.add_argument("--breakdown", action="store_true",
                         help="also print where the daemon loop's time goes on each stream")
     parser.add_argument("--floor", action="store_true",

@@ -37,6 +37,7 @@ __all__ = [
     "LoggingSettings",
     "MetricsSettings",
     "ModelSettings",
+    "PipelineSettings",
     "Settings",
     "load_settings",
 ]
@@ -107,6 +108,12 @@ class LimitsSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PipelineSettings:
+    # Decode and featurize in a child process, one batch ahead of the model.
+    prepare_process: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -116,6 +123,7 @@ class Settings:
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
+    pipeline: PipelineSettings = field(default_factory=PipelineSettings)
 
 
 # ---------------------------------------------------------------- value checks
@@ -253,6 +261,7 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
         },
     ),
     "limits": (LimitsSettings, {"max_value_bytes": _positive_int}),
+    "pipeline": (PipelineSettings, {"prepare_process": _bool}),
 }
 # Tables passed through to a component that validates them itself (the featurizer).
 FREE_TABLES = ("features",)

@@ -20,6 +20,7 @@ fake; :class:`~streamnb.kafka_io.KafkaIO` is the real one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -32,10 +33,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamnb import __version__
-from streamnb.codec import DecodeError, Feedback, Message, decode, encode
+from streamnb.codec import Feedback, encode
 from streamnb.config import ConfigError, Settings, load_settings
 from streamnb.feedback import FeedbackStore, decide
 from streamnb.logs import configure_logging
+from streamnb.prepare import (
+    DECODE_ERROR,
+    FEEDBACK,
+    MESSAGE,
+    REJECTED,
+    InProcessPreparer,
+    prepare_value,
+)
 from streamnb.state import CheckpointError, read_checkpoint, write_checkpoint
 
 __all__ = ["Daemon", "add_arguments", "build_daemon", "main", "slice_key"]
@@ -56,10 +65,21 @@ class _NewMessage:
 
     record: Any
     key: str
-    message: Message
+    msg_id: str
+    label: str | None
     x: Any
     x_json: bytes
     started: float
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A polled batch handed to the preparer, not yet processed; ``generation`` is the
+    daemon's rebalance generation right after the poll that returned it."""
+
+    records: list
+    ticket: Any
+    generation: int
 
 
 def _predicted(proba: dict[str, float]) -> str | None:
@@ -88,6 +108,9 @@ class Daemon:
     ``to_state()``; ``pipeline.prepare(message).x`` is the model input; ``metrics`` follows
     the :mod:`streamnb.metrics` API; ``io_factory(on_assigned, on_revoked)`` returns the Kafka
     side (:class:`~streamnb.kafka_io.KafkaIO` or a fake with the same methods).
+    ``preparer`` decodes and featurizes polled batches (:mod:`streamnb.prepare`; by default
+    in this process with ``pipeline``); ``pipelined`` (by default: when the preparer runs
+    concurrently) makes :meth:`step` prepare each batch while the one before is processed.
 
     With the in-memory fakes of the test suite:
 
@@ -111,6 +134,8 @@ class Daemon:
         load_model: Callable[[dict], Any],
         metrics: Any,
         io_factory: Callable[..., Any],
+        preparer: Any = None,
+        pipelined: bool | None = None,
     ):
         self.settings = settings
         self.pipeline = pipeline
@@ -143,6 +168,13 @@ class Daemon:
         # When the group last took partitions away (or the daemon started) without giving the
         # new assignment yet; None once an assignment (possibly empty) has arrived.
         self.rebalancing_since: float | None = time.monotonic()
+        # Bumped by every revocation and assignment: a batch polled in an earlier generation
+        # is not processed (see step()).
+        self.generation = 0
+        self.preparer = preparer or InProcessPreparer(pipeline, self.max_value_bytes)
+        self.pipelined = self.preparer.concurrent if pipelined is None else pipelined
+        self._in_flight: _InFlight | None = None
+        self.poll_guard: contextlib.AbstractContextManager = contextlib.nullcontext()
 
         self._load_checkpoint()
         self.io = io_factory(self.on_assigned, self.on_revoked)
@@ -180,6 +212,7 @@ class Daemon:
     def on_assigned(self, tps: list[TP]) -> None:
         """Load each newly assigned partition's slice and seek to exactly its saved offset."""
         with self.lock:
+            self.generation += 1
             self.rebalancing_since = None
             decisions = {}
             for tp in tps:
@@ -212,6 +245,7 @@ class Daemon:
     def on_revoked(self, tps: list[TP], lost: bool = False) -> None:
         """Checkpoint before giving partitions up, then take their slices out of the model."""
         with self.lock:
+            self.generation += 1
             self.rebalancing_since = time.monotonic()
             if self.pending and not self.failed:
                 # kafka-python runs this on its IO thread, where a blocking commit is not
@@ -242,8 +276,11 @@ class Daemon:
         self.live = live
 
     # ------------------------------------------------------------------ processing
-    def process(self, records: list) -> None:
+    def process(self, records: list, prepared: list | None = None) -> None:
         """Apply one polled batch (records in offset order within each partition).
+
+        ``prepared`` holds the preparer's result for each record (:mod:`streamnb.prepare`);
+        None computes them here, record by record.
 
         Consecutive plain new messages (see :meth:`_read_new`) are scored and learned with one
         ``prequential_many`` call of the live model, when that model is also the slice that
@@ -254,19 +291,21 @@ class Daemon:
         with self.lock:
             run: list[_NewMessage] = []
             run_ids: set[str] = set()
-            for record in records:
+            for index, record in enumerate(records):
                 key = slice_key((record.topic, record.partition))
                 if key not in self.slices:
                     continue  # revoked while the batch was in flight: its new owner reads it
+                started = time.perf_counter()
+                result = self._prepare(record) if prepared is None else prepared[index]
                 if self._batches(key):
-                    new = self._read_new(record, key, run_ids)
+                    new = self._read_new(record, key, result, run_ids, started)
                     if new is not None:
                         run.append(new)
-                        run_ids.add(new.message.id)
+                        run_ids.add(new.msg_id)
                         continue
                     self._apply_run(run)
                     run, run_ids = [], set()
-                self._process_one(record, key)
+                self._process_one(record, key, result, started)
                 self.offsets[key] = record.offset + 1
             self._apply_run(run)
             self.pending += len(records)
@@ -277,32 +316,31 @@ class Daemon:
         (learning goes to one model) and it has the batch step (the test fakes may not)."""
         return self.live is self.slices[key] and hasattr(self.live, "prequential_many")
 
-    def _read_new(self, record, key: str, run_ids: set[str]) -> _NewMessage | None:
+    def _prepare(self, record) -> tuple | None:
+        """The preparer's result for ``record``, computed here (None when it is too large)."""
+        value = record.value
+        if value is not None and len(value) > self.max_value_bytes:
+            return None
+        return prepare_value(
+            self.pipeline, value, f"{record.topic}:{record.partition}:{record.offset}"
+        )
+
+    def _read_new(
+        self, record, key: str, result: tuple | None, run_ids: set[str], started: float
+    ) -> _NewMessage | None:
         """``record`` as a plain new message: decoded, its label allowed, featurized, its id
         neither remembered nor among ``run_ids`` (earlier in the run). None otherwise, with
         nothing done: the per-record path then handles it (dead letter, feedback, duplicate
         id)."""
-        started = time.perf_counter()
         value = record.value
         if value is not None and len(value) > self.max_value_bytes:
             return None
-        try:
-            item = decode(value, default_id=f"{record.topic}:{record.partition}:{record.offset}")
-        except DecodeError:
+        if result[0] != MESSAGE:
+            return None  # a decode error, feedback, or a message the featurizer rejected
+        _, msg_id, label, x, x_json = result
+        if not self._label_allowed(label) or msg_id in self.store or msg_id in run_ids:
             return None
-        if (
-            isinstance(item, Feedback)
-            or not self._label_allowed(item.label)
-            or item.id in self.store
-            or item.id in run_ids
-        ):
-            return None
-        try:
-            x = self.pipeline.prepare(item).x
-            x_json = FeedbackStore.encode_x(x)
-        except Exception:  # noqa: BLE001 - the per-record path dead-letters it
-            return None
-        return _NewMessage(record, key, item, x, x_json, started)
+        return _NewMessage(record, key, msg_id, label, x, x_json, started)
 
     def _apply_run(self, run: list[_NewMessage]) -> None:
         """Score and learn a run of plain new messages with one ``prequential_many`` call."""
@@ -311,7 +349,7 @@ class Daemon:
         updates = self.live.n_updates
         try:
             probas = self.live.prequential_many(
-                [new.x for new in run], [new.message.label for new in run]
+                [new.x for new in run], [new.label for new in run]
             )
         except Exception:  # noqa: BLE001 - a rejected input: handled one record at a time
             if self.live.n_updates != updates:
@@ -322,7 +360,7 @@ class Daemon:
             return
         for new, proba in zip(run, probas, strict=True):
             self._record_scored(new, proba, updates)
-            if new.message.label is not None:
+            if new.label is not None:
                 updates += 1
             self.offsets[new.key] = new.record.offset + 1
 
@@ -353,22 +391,20 @@ class Daemon:
             self.metrics.observe_end_to_end_many(self._end_to_end)
             self._end_to_end = []
 
-    def _process_one(self, record, key: str) -> None:
-        started = time.perf_counter()
+    def _process_one(self, record, key: str, result: tuple | None, started: float) -> None:
         value = record.value
         if value is not None and len(value) > self.max_value_bytes:
             self._dead_letter(record, "too_large", f"{len(value)} bytes > limits.max_value_bytes")
             return
-        try:
-            item = decode(value, default_id=f"{record.topic}:{record.partition}:{record.offset}")
-        except DecodeError as error:
-            self._dead_letter(record, error.reason, error.detail)
+        kind = result[0]
+        if kind == DECODE_ERROR:
+            self._dead_letter(record, result[1], result[2])
             return
-        if isinstance(item, Feedback):
+        if kind == FEEDBACK:
             self._tally["consumed", "feedback"] += 1
-            self._feedback(item, record)
+            self._feedback(Feedback(id=result[1], label=result[2]), record)
             return
-        self._message(item, record, key, started)
+        self._message(result, record, key, started)
 
     def _label_allowed(self, label: str | None) -> bool:
         return label is None or not self.labels or label in self.labels
@@ -381,17 +417,17 @@ class Daemon:
         )
         return False
 
-    def _message(self, message: Message, record, key: str, started: float) -> None:
-        if not self._label_ok(message.label, record):
+    def _message(self, result: tuple, record, key: str, started: float) -> None:
+        """A decoded message (``result`` is MESSAGE or REJECTED): its label is checked before
+        its featurizing error, as the dead letter's reason has always been chosen."""
+        kind, msg_id, label = result[:3]
+        if not self._label_ok(label, record):
             return
-        try:
-            x = self.pipeline.prepare(message).x
-            x_json = FeedbackStore.encode_x(x)
-        except Exception as error:  # noqa: BLE001 - any parse failure is a dead letter
-            reason = getattr(error, "reason", None) or "parse_error"
-            self._dead_letter(record, reason, str(error))
+        if kind == REJECTED:
+            self._dead_letter(record, result[3], result[4])
             return
-        self._predict_and_learn(_NewMessage(record, key, message, x, x_json, started))
+        x, x_json = result[3:]
+        self._predict_and_learn(_NewMessage(record, key, msg_id, label, x, x_json, started))
 
     def _predict_and_learn(self, new: _NewMessage) -> None:
         """Predict a prepared message, then learn it (or its label, for a known id)."""
@@ -400,14 +436,13 @@ class Daemon:
         except Exception as error:  # noqa: BLE001 - e.g. a vector of the wrong length
             self._dead_letter(new.record, "model_rejected", str(error))
             return
-        message, key = new.message, new.key
-        label = message.label
-        entry = self.store.get(message.id)
+        msg_id, key, label = new.msg_id, new.key, new.label
+        entry = self.store.get(msg_id)
         if label is None:
             self._tally["consumed", "unlabelled"] += 1
             if entry is None:
-                self.store.remember(message.id, key, new.x_json, None)
-            self._emit(message.id, _predicted(proba), proba, new.record, new.started)
+                self.store.remember(msg_id, key, new.x_json, None)
+            self._emit(msg_id, _predicted(proba), proba, new.record, new.started)
             return
 
         self._tally["consumed", "labelled"] += 1
@@ -418,29 +453,28 @@ class Daemon:
             except Exception as error:  # noqa: BLE001
                 self._dead_letter(new.record, "model_rejected", str(error))
                 return
-            self.store.remember(message.id, key, new.x_json, label)
+            self.store.remember(msg_id, key, new.x_json, label)
         else:
             # The same id again (a producer retry, or a re-sent message): each id counts once,
             # under its latest label, exactly as feedback would treat it.
-            self._apply_label(message.id, entry, label)
+            self._apply_label(msg_id, entry, label)
         self._latencies.append(time.perf_counter() - new.started)
 
     def _record_scored(self, new: _NewMessage, proba: dict, model_updates: int) -> None:
         """What :meth:`_predict_and_learn` does besides the model's step, for a new message
         whose prediction is ``proba`` and which the model has already learned if labelled;
         ``model_updates`` is the live model's update count when it was predicted."""
-        message = new.message
-        label = message.label
+        msg_id, label = new.msg_id, new.label
         if label is None:
             self._tally["consumed", "unlabelled"] += 1
-            self.store.remember(message.id, new.key, new.x_json, None)
-            self._emit(message.id, _predicted(proba), proba, new.record, new.started,
+            self.store.remember(msg_id, new.key, new.x_json, None)
+            self._emit(msg_id, _predicted(proba), proba, new.record, new.started,
                        model_updates)
             return
         self._tally["consumed", "labelled"] += 1
         self.metrics.observe_labelled(label, _predicted(proba), proba)
         self._tally["learned", label] += 1
-        self.store.remember(message.id, new.key, new.x_json, label)
+        self.store.remember(msg_id, new.key, new.x_json, label)
         self._latencies.append(time.perf_counter() - new.started)
 
     def _feedback(self, feedback: Feedback, record) -> None:
@@ -649,17 +683,106 @@ class Daemon:
     def request_stop(self, *_: Any) -> None:
         self.stopping = True
 
+    @property
+    def in_flight(self) -> int:
+        """Records polled and handed to the preparer, not yet processed."""
+        return len(self._in_flight.records) if self._in_flight is not None else 0
+
+    def step(self, timeout_ms: int) -> int:
+        """One turn of the loop: poll, and process a batch; returns the records processed.
+
+        Unpipelined: poll (waiting up to ``timeout_ms``) and process what came.
+
+        Pipelined (a preparer in a child process): the batch polled last is being decoded
+        and featurized by the preparer while this process polls the next one, hands it to the
+        preparer, and only then runs the model step of the previous batch. The rules that keep
+        the checkpoint protocol exact:
+
+        * ``offsets`` (and so every checkpoint) only ever cover processed records; records
+          polled and not processed are read again after a restart, as any unread record.
+        * Rebalance guard: kafka-python runs :meth:`on_revoked` and :meth:`on_assigned` inside
+          ``poll``, and both bump ``generation``. A batch is tagged with the generation right
+          after the poll that returned it; if it has changed by the time the batch would be
+          processed, the batch is dropped: the revocation checkpoint covered only processed
+          records, and the assignment seeked each partition back to its saved offset, so the
+          dropped records are read again. Processing them would learn them twice. (kafka-python
+          rebalances eagerly, revoking every partition before assigning any, so every
+          partition of a dropped batch is either given up or seeked back.)
+        * Latency: while a batch is in flight the poll does not wait (timeout 0, taking what
+          is already fetched); when it returns nothing, the batch in flight is processed at
+          once, so no batch waits a whole poll timeout behind an idle topic.
+        """
+        if not self.pipelined:
+            records = self._poll(timeout_ms)
+            if records:
+                self.process(records)
+            return len(records)
+        in_flight = self._in_flight
+        if in_flight is None:
+            records = self._poll(timeout_ms)
+            if records:
+                self._submit(records)
+            return 0
+        records = self._poll(0)
+        self._in_flight = None
+        # Received before the next batch is submitted: the preparer then never waits to send.
+        prepared = self.preparer.results(in_flight.ticket)
+        if records:
+            self._submit(records)
+        return self._process_in_flight(in_flight, prepared)
+
+    def drain(self) -> int:
+        """Process the batch in flight, if any (before a stop's final checkpoint)."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None:
+            return 0
+        return self._process_in_flight(in_flight, self.preparer.results(in_flight.ticket))
+
+    def _poll(self, timeout_ms: int) -> list:
+        with self.poll_guard:
+            return self.io.poll(timeout_ms)
+
+    def _submit(self, records: list) -> None:
+        ticket = self.preparer.submit(
+            [record.value for record in records],
+            [f"{record.topic}:{record.partition}:{record.offset}" for record in records],
+        )
+        self._in_flight = _InFlight(records, ticket, self.generation)
+
+    def _process_in_flight(self, in_flight: _InFlight, prepared: list) -> int:
+        """Process ``in_flight`` unless a rebalance came after its poll (see :meth:`step`)."""
+        with self.lock:  # the rebalance callbacks bump the generation under the same lock
+            if in_flight.generation == self.generation:
+                self.process(in_flight.records, prepared)
+                return len(in_flight.records)
+        log.info(
+            "a rebalance happened while %d polled record(s) were being prepared: they are "
+            "dropped and read again from the saved offsets",
+            len(in_flight.records),
+            extra={"event": "batch_dropped", "records": len(in_flight.records)},
+        )
+        return 0
+
+    def close(self) -> None:
+        """Close the Kafka side, then end the preparer."""
+        try:
+            self.io.close()
+        finally:
+            self.preparer.close()
+
     def run(self) -> int:
-        """Poll, process, checkpoint when due, until :meth:`request_stop`; then shut down."""
+        """Step, checkpoint when due, until :meth:`request_stop`; then shut down.
+
+        Checkpoints are taken between steps, so they cover whole batches; a batch in flight
+        is not in them (see :meth:`step`). On a stop the batch in flight is processed first,
+        then the final checkpoint is written.
+        """
         timeout = self.settings.kafka.poll_timeout_ms
-        watchdog = PollWatchdog(self.settings.kafka.stall_seconds)
+        self.poll_guard = PollWatchdog(self.settings.kafka.stall_seconds)
         lag_reported = 0.0
         try:
             while not self.stopping:
-                with watchdog:
-                    records = self.io.poll(timeout)
-                if records:
-                    self.process(records)
+                self.step(timeout)
                 if time.monotonic() - lag_reported >= LAG_REPORT_SECONDS:
                     self.report_lag()
                     lag_reported = time.monotonic()
@@ -667,7 +790,8 @@ class Daemon:
                     self.checkpoint("interval")
                 if self._rebalance_stalled():
                     return 3
-            # Finish: the batch in hand is applied; save it, commit, close.
+            # Finish: the batch in flight is applied; save it, commit, close.
+            self.drain()
             if self.pending or self.checkpoints_written == 0:
                 self.checkpoint("shutdown")
         except BaseException:
@@ -676,7 +800,7 @@ class Daemon:
             self.failed = True
             raise
         finally:
-            self.io.close()
+            self.close()
         log.info("stopped", extra={"event": "stopped"})
         return 0
 
@@ -740,6 +864,15 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
     options = dict(settings.model.options)
     kind = settings.model.kind
     pipeline = build_pipeline({"kind": kind, **options}, settings.features)
+    preparer = None
+    if settings.pipeline.prepare_process:
+        from streamnb.prepare import ProcessPreparer
+
+        preparer = ProcessPreparer(
+            build_pipeline,
+            ({"kind": kind, **options}, dict(settings.features)),
+            settings.limits.max_value_bytes,
+        )
     if metrics is None:
         from streamnb.metrics import Metrics
 
@@ -755,14 +888,20 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
         def io_factory(on_assigned, on_revoked):
             return KafkaIO(settings.kafka, on_assigned, on_revoked)
 
-    return Daemon(
-        settings,
-        pipeline,
-        new_model=lambda: make_model(kind, **options),
-        load_model=model_from_state,
-        metrics=metrics,
-        io_factory=io_factory,
-    )
+    try:
+        return Daemon(
+            settings,
+            pipeline,
+            new_model=lambda: make_model(kind, **options),
+            load_model=model_from_state,
+            metrics=metrics,
+            io_factory=io_factory,
+            preparer=preparer,
+        )
+    except BaseException:
+        if preparer is not None:
+            preparer.close()
+        raise
 
 
 def main(args: argparse.Namespace) -> int:

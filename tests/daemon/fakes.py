@@ -19,6 +19,7 @@ from streamnb.config import (
     KafkaSettings,
     MetricsSettings,
     ModelSettings,
+    PipelineSettings,
     Settings,
 )
 from streamnb.daemon import Daemon
@@ -242,6 +243,8 @@ def settings_for(tmp_path, **overrides) -> Settings:
                                       every_seconds=3600.0),
         feedback=FeedbackSettings(max_ids=1000),
         metrics=MetricsSettings(port=0),
+        # build_daemon over these settings prepares in-process unless a test asks otherwise
+        pipeline=PipelineSettings(prepare_process=False),
     )
     return replace(base, **overrides)
 

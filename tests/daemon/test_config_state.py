@@ -42,6 +42,9 @@ def test_the_documented_example_config_loads(tmp_path):
         ("[model]\nlabels = ['a', 'a']\n", "model.labels must be a list without duplicates"),
         ("[kafka]\nproducer_process = 'yes'\n",
          "kafka.producer_process must be true or false, got 'yes'"),
+        ("[pipeline]\nprepare_process = 1\n",
+         "pipeline.prepare_process must be true or false, got 1"),
+        ("[pipeline]\nprocess = true\n", "unknown key pipeline.process"),
         ("[checkpoint\n", "not valid TOML"),
     ],
 )
@@ -68,6 +71,14 @@ def test_environment_overrides_every_level():
     assert settings.model.labels == ("x", "y", "z")
     with pytest.raises(ConfigError, match="checkpoint.every_messages must be a positive integer"):
         load_settings(text="", environ={"STREAMNB_CHECKPOINT__EVERY_MESSAGES": "0"})
+
+
+def test_the_prepare_process_is_on_by_default_and_the_environment_turns_it_off():
+    assert load_settings(text="", environ={}).pipeline.prepare_process is True
+    env = {"STREAMNB_PIPELINE__PREPARE_PROCESS": "false"}
+    assert load_settings(text="", environ=env).pipeline.prepare_process is False
+    with pytest.raises(ConfigError, match="pipeline.prepare_process must be true or false"):
+        load_settings(text="", environ={"STREAMNB_PIPELINE__PREPARE_PROCESS": "off"})
 
 
 def test_checkpoint_write_is_atomic_and_leaves_no_temporary_file(tmp_path):

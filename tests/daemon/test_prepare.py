@@ -1,0 +1,198 @@
+"""The preparer (decode and featurize ahead of the model): the child process gives what the
+in-process one gives, and a dead or orphaned child is noticed or ends by itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from streamnb.config import load_settings
+from streamnb.pipeline import build_pipeline
+from streamnb.prepare import (
+    DECODE_ERROR,
+    FEEDBACK,
+    MESSAGE,
+    REJECTED,
+    InProcessPreparer,
+    PreparerError,
+    ProcessPreparer,
+)
+from tests.conftest import REPO
+from tests.daemon.fakes import WordPipeline
+
+pytestmark = pytest.mark.timeout(120)
+
+MAX_VALUE_BYTES = 2000
+
+POISON = [
+    b"not json",
+    b"\xff\xfe garbage",
+    b"[1, 2]",
+    b'{"id": "p1", "label": "spam"}',  # missing body
+    b'{"id": "p2", "tokens": "not a list"}',
+    b'{"id": "p3", "tokens": ["fine", 3]}',
+    b'{"id": "p4", "features": [1.0, 2.0]}',  # a vector for a text model
+    b'{"id": "p5", "text": "a", "tokens": ["a"]}',
+    b'{"type": "feedback", "id": "sms-1", "label": "ham"}',
+    b'{"type": "feedback", "id": "sms-1"}',
+    None,  # a tombstone
+    orjson.dumps({"id": "big", "text": "x" * MAX_VALUE_BYTES}),  # not sent to the child
+    b'{"id": 7, "tokens": ["already", "tokenized"], "label": "ham"}',
+    b'{"text": "no id: the default one is used"}',
+]
+
+
+def sms_values(data_dir: Path) -> list[bytes]:
+    lines = (data_dir / "sms-spam-collection" / "SMSSpamCollection").read_text("utf-8")
+    values = []
+    for i, line in enumerate(lines.splitlines()):
+        label, text = line.split("\t", 1)
+        obj = {"id": f"sms-{i}", "text": text}
+        if i % 5:
+            obj["label"] = label
+        values.append(orjson.dumps(obj))
+    return values
+
+
+def default_pipeline_args():
+    settings = load_settings(text="", environ={})
+    model = {"kind": settings.model.kind, **settings.model.options}
+    return model, dict(settings.features)
+
+
+def ids(values):
+    return [f"in:0:{offset}" for offset in range(len(values))]
+
+
+def test_the_child_gives_what_the_in_process_preparer_gives_over_sms_and_poison(data_dir):
+    args = default_pipeline_args()
+    values = sms_values(data_dir)
+    values = values[:1000] + POISON + values[1000:]
+    here = InProcessPreparer(build_pipeline(*args), MAX_VALUE_BYTES)
+    expected = here.results(here.submit(values, ids(values)))
+    child = ProcessPreparer(build_pipeline, args, MAX_VALUE_BYTES)
+    try:
+        # Two batches submitted before either is collected: large enough to fill the pipe in
+        # both directions if both ends wrote at once.
+        first = child.submit(values, ids(values))
+        second = child.submit(values[::-1], ids(values)[::-1])
+        assert child.results(second) == expected[::-1]
+        from_child = child.results(first)
+        assert from_child == expected
+        # token counts come back in the order the featurizer gave them (float sums follow it)
+        assert [list(r[3].items()) for r in from_child if r and r[0] == MESSAGE] == (
+            [list(r[3].items()) for r in expected if r and r[0] == MESSAGE])
+        for start in range(0, len(values), 500):  # as the daemon submits: one poll at a time
+            chunk = values[start:start + 500]
+            assert child.results(child.submit(chunk, ids(values)[start:start + 500])) == (
+                expected[start:start + 500])
+    finally:
+        child.close()
+    kinds = {result[0] if result else None for result in expected}
+    assert kinds == {DECODE_ERROR, FEEDBACK, MESSAGE, REJECTED, None}
+    poison = dict(zip(POISON, expected[1000:1000 + len(POISON)], strict=True))
+    assert poison[b'{"id": "p2", "tokens": "not a list"}'] == (
+        DECODE_ERROR, "bad_body", "tokens must be a list of strings")
+    assert poison[None] == (DECODE_ERROR, "empty_value", "the record has no value (tombstone)")
+    assert poison[b'{"id": "p4", "features": [1.0, 2.0]}'][:4] == (
+        REJECTED, "p4", None, "wrong_body")
+    assert poison[b'{"type": "feedback", "id": "sms-1", "label": "ham"}'] == (
+        FEEDBACK, "sms-1", "ham")
+    assert poison[b'{"text": "no id: the default one is used"}'][1] == (
+        f"in:0:{1000 + len(POISON) - 1}")
+
+
+def test_a_featurizer_error_travels_as_its_reason_and_detail():
+    child = ProcessPreparer(WordPipeline, (), MAX_VALUE_BYTES)
+    try:
+        [result] = child.results(child.submit([b'{"id": "c", "text": "CRASH"}'], ["in:0:0"]))
+    finally:
+        child.close()
+    assert result == (REJECTED, "c", None, "parse_error", "featurizer cannot read this")
+
+
+def test_a_child_that_cannot_build_its_pipeline_fails_the_start():
+    with pytest.raises(PreparerError, match="could not start.*unknown model kind|model"):
+        ProcessPreparer(build_pipeline, ({"kind": "no-such-model"}, {}), MAX_VALUE_BYTES)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_child_makes_the_next_results_raise_an_error_naming_it():
+    child = ProcessPreparer(WordPipeline, (), MAX_VALUE_BYTES)
+    try:
+        os.kill(child.pid, signal.SIGKILL)
+        with pytest.raises(PreparerError, match=rf"prepare process .*pid {child.pid}.*ended"):
+            child.results(child.submit([b'{"id": "a", "text": "hi"}'], ["in:0:0"]))
+    finally:
+        child.close()
+
+
+def test_the_child_ignores_sigterm_and_ends_when_its_pipe_closes():
+    child = ProcessPreparer(WordPipeline, (), MAX_VALUE_BYTES)
+    pid = child.pid
+    try:
+        os.kill(pid, signal.SIGTERM)  # a supervisor signalling the whole process group
+        time.sleep(0.5)  # long enough for a default SIGTERM handler to have ended it
+        assert _running(pid), "the prepare process ended on SIGTERM instead of its daemon"
+        [result] = child.results(child.submit([b'{"id": "a", "text": "hi"}'], ["in:0:0"]))
+        assert result[0] == MESSAGE
+    finally:
+        child.close()
+    assert not _running(pid)
+    assert child._process.exitcode == 0
+
+
+def test_the_child_ends_when_its_parent_is_killed(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys, time\n"
+        "from streamnb.prepare import ProcessPreparer\n"
+        "from tests.daemon.fakes import WordPipeline\n"
+        "if __name__ == '__main__':\n"
+        "    child = ProcessPreparer(WordPipeline, (), 100)\n"
+        "    print(child.pid, flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        pid = int(parent.stdout.readline())
+        assert _running(pid)
+    finally:
+        parent.kill()
+        parent.wait(10)
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(pid), "the prepare process outlived its killed parent"
+
+
+def test_a_program_that_never_closes_its_preparer_still_exits(tmp_path):
+    # multiprocessing joins its children at exit and the child ignores SIGTERM: without its
+    # pipe closed at exit, a daemon that failed after starting the child would hang here.
+    script = tmp_path / "forget.py"
+    script.write_text(
+        "from streamnb.prepare import ProcessPreparer\n"
+        "from tests.daemon.fakes import WordPipeline\n"
+        "if __name__ == '__main__':\n"
+        "    child = ProcessPreparer(WordPipeline, (), 100)\n"
+        "    child.submit([b'{}'], ['in:0:0'])\n"
+        "    raise SystemExit(5)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, timeout=30,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 5
