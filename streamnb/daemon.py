@@ -75,11 +75,12 @@ class _NewMessage:
 @dataclass(slots=True)
 class _InFlight:
     """A polled batch handed to the preparer, not yet processed; ``generation`` is the
-    daemon's rebalance generation right after the poll that returned it."""
+    daemon's rebalance generation right after the poll that returned it (None: polled before
+    a seek back, to be dropped)."""
 
     records: list
     ticket: Any
-    generation: int
+    generation: int | None
 
 
 def _predicted(proba: dict[str, float]) -> str | None:
@@ -705,9 +706,13 @@ class Daemon:
           after the poll that returned it; if it has changed by the time the batch would be
           processed, the batch is dropped: the revocation checkpoint covered only processed
           records, and the assignment seeked each partition back to its saved offset, so the
-          dropped records are read again. Processing them would learn them twice. (kafka-python
-          rebalances eagerly, revoking every partition before assigning any, so every
-          partition of a dropped batch is either given up or seeked back.)
+          dropped records are read again. Processing them would learn them twice. Each
+          partition of a dropped batch that is still assigned is also seeked back to its next
+          unprocessed offset, so this holds even for a rebalance that kept it assigned
+          (kafka-python rebalances eagerly, revoking every partition first, but the guard
+          does not rely on it); the batch submitted after it is then dropped too, since it
+          was polled before that seek, and the records polled next start at the saved
+          offsets.
         * Latency: while a batch is in flight the poll does not wait (timeout 0, taking what
           is already fetched); when it returns nothing, the batch in flight is processed at
           once, so no batch waits a whole poll timeout behind an idle topic.
@@ -755,6 +760,12 @@ class Daemon:
             if in_flight.generation == self.generation:
                 self.process(in_flight.records, prepared)
                 return len(in_flight.records)
+            seeked = in_flight.generation is not None and self._seek_back(in_flight.records)
+            if seeked and self._in_flight is not None:
+                # The batch submitted since was polled before that seek: it is dropped in
+                # turn, with no further seek (what is polled after it starts where the dropped
+                # records did).
+                self._in_flight.generation = None
         log.info(
             "a rebalance happened while %d polled record(s) were being prepared: they are "
             "dropped and read again from the saved offsets",
@@ -762,6 +773,21 @@ class Daemon:
             extra={"event": "batch_dropped", "records": len(in_flight.records)},
         )
         return 0
+
+    def _seek_back(self, records: list) -> bool:
+        """Seek each partition of ``records`` that is still assigned back to its next
+        unprocessed record (the saved offset, or for a partition with nothing processed yet
+        the first of ``records``), so the records are read again even after a rebalance
+        that kept the partition and did not seek it; whether any partition was seeked."""
+        first: dict[str, int] = {}
+        for record in records:
+            first.setdefault(slice_key((record.topic, record.partition)), record.offset)
+        seeked = False
+        for key, offset in first.items():
+            if key in self.slices:
+                self.io.seek(_tp(key), self.offsets.get(key, offset))
+                seeked = True
+        return seeked
 
     def close(self) -> None:
         """Close the Kafka side, then end the preparer."""
@@ -872,6 +898,7 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
             build_pipeline,
             ({"kind": kind, **options}, dict(settings.features)),
             settings.limits.max_value_bytes,
+            timeout=settings.kafka.stall_seconds,
         )
     if metrics is None:
         from streamnb.metrics import Metrics

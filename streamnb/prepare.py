@@ -141,14 +141,18 @@ class ProcessPreparer:
 
     The child ignores SIGINT and SIGTERM (the daemon decides when to stop) and ends when its
     pipe closes: on :meth:`close`, at interpreter exit, or when the daemon dies. If the child
-    dies, :meth:`results` (or :meth:`submit`) raises :class:`PreparerError` naming it.
+    dies, or takes longer than ``timeout`` seconds (None: no limit; the daemon gives it
+    ``kafka.stall_seconds``) to answer a batch, :meth:`results` (or :meth:`submit`) raises
+    :class:`PreparerError` naming it.
     """
 
     concurrent = True
     START_TIMEOUT = 60.0
 
-    def __init__(self, factory: Callable[..., Any], args: tuple, max_value_bytes: int):
+    def __init__(self, factory: Callable[..., Any], args: tuple, max_value_bytes: int,
+                 timeout: float | None = None):
         self.max_value_bytes = max_value_bytes
+        self.timeout = timeout
         context = multiprocessing.get_context("spawn")  # no fork of a process with threads
         self._conn, child_end = context.Pipe()
         self._process = context.Process(
@@ -188,7 +192,7 @@ class ProcessPreparer:
 
     def _receive_owed(self) -> None:
         """Receive the results of the oldest ticket still owed (the child answers in order)."""
-        results = self._receive("prepare a batch", None)
+        results = self._receive("prepare a batch", self.timeout)
         self._received[self._owed[0]] = _with_token_counts(results)
         self._owed.pop(0)
 

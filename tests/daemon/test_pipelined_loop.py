@@ -158,6 +158,24 @@ def test_a_rebalance_between_the_poll_of_a_batch_and_its_processing_drops_it(tmp
     assert observable(kafka, daemon, metrics, config) == expected
 
 
+def test_a_dropped_batch_is_read_again_even_if_the_rebalance_kept_its_partitions(tmp_path):
+    # A rebalance that leaves the partitions assigned and does not seek them: the guard's own
+    # seek back to the next unprocessed offsets is what makes the dropped records come again.
+    expected = reference(tmp_path, 7, 2, 7)
+    kafka, _, _ = stream_with_poison(7, 2)
+    config = settings_for(tmp_path / "pipelined")
+    metrics = RecordingMetrics()
+    daemon = pipelined_daemon(config, kafka, metrics=metrics)
+    for _ in range(4):
+        daemon.step(0)
+    assert daemon.in_flight
+    daemon.generation += 1  # what on_assigned/on_revoked do, with no seek and no revocation
+    assert daemon.step(0) == 0
+    step_until_caught_up(daemon)
+    daemon.checkpoint("test")
+    assert observable(kafka, daemon, metrics, config) == expected
+
+
 def test_without_the_generation_guard_the_same_rebalances_are_seen_twice(tmp_path):
     # The check on the check: the loop with the guard removed processes a batch that the
     # assignment's seek will deliver again, and the outputs and metrics show it.

@@ -141,6 +141,20 @@ def test_a_killed_child_makes_the_next_results_raise_an_error_naming_it():
         child.close()
 
 
+def test_a_stuck_child_makes_results_raise_after_the_timeout():
+    child = ProcessPreparer(WordPipeline, (), MAX_VALUE_BYTES, timeout=1.0)
+    try:
+        os.kill(child.pid, signal.SIGSTOP)  # alive, but never answers
+        ticket = child.submit([b'{"id": "a", "text": "hi"}'], ["in:0:0"])
+        started = time.monotonic()
+        with pytest.raises(PreparerError, match=r"did not prepare a batch within 1 s"):
+            child.results(ticket)
+        assert time.monotonic() - started < 10
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.close()
+
+
 def test_the_child_ignores_sigterm_and_ends_when_its_pipe_closes():
     child = ProcessPreparer(WordPipeline, (), MAX_VALUE_BYTES)
     pid = child.pid
