@@ -713,9 +713,12 @@ class Daemon:
           does not rely on it); the batch submitted after it is then dropped too, since it
           was polled before that seek, and the records polled next start at the saved
           offsets.
-        * Latency: while a batch is in flight the poll does not wait (timeout 0, taking what
-          is already fetched); when it returns nothing, the batch in flight is processed at
-          once, so no batch waits a whole poll timeout behind an idle topic.
+        * Latency: the batch in flight is processed as soon as the next poll returns, which
+          is at once while records keep coming and after ``timeout_ms`` when the topic has
+          gone idle. The poll keeps its whole timeout on purpose: kafka-python 3 finishes a
+          group rejoin inside the poll that starts it, and a rejoin started in a poll of
+          0-10 ms was left unfinished (no assignment for 20 s, then exit 3) in 10 of 11
+          end-to-end runs, against 0 of 8 with 200 ms.
         """
         if not self.pipelined:
             records = self._poll(timeout_ms)
@@ -728,7 +731,7 @@ class Daemon:
             if records:
                 self._submit(records)
             return 0
-        records = self._poll(0)
+        records = self._poll(timeout_ms)
         self._in_flight = None
         # Received before the next batch is submitted: the preparer then never waits to send.
         prepared = self.preparer.results(in_flight.ticket)
