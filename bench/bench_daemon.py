@@ -203,7 +203,8 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
     restore.append((prepare_module, "decode", prepare_module.decode))
     timed(prepare_module, "decode", "decode JSON (in this process)")
     timed(FeedbackStore, "encode_x", "feedback store: encode x")
-    timed(MultinomialNB, "predict_proba_one", "predict")  # the default model
+    timed(MultinomialNB, "predict_proba_one", "predict, one message")  # the default model
+    timed(MultinomialNB, "prequential_many", "model step, a run of messages")
     try:
         total = daemon_loop(bootstrap, topic, n)
     finally:
