@@ -343,7 +343,8 @@ class Subprocess:
         raise RuntimeError(f"daemon did not reach {key}@{offset}")
 
     def peak_rss_mib(self) -> tuple[float, float, float]:
-        """(peak RSS, RSS) of the daemon process, and the peak RSS of its producer process."""
+        """(peak RSS, RSS) of the daemon process, and the summed peak RSS of its child processes
+        (the producer; the prepare process too when it is on)."""
         def memory(pid) -> tuple[float, float]:
             status = Path(f"/proc/{pid}/status").read_text()
             fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
@@ -403,7 +404,8 @@ def memory(bootstrap: str, topic: str, n: int) -> None:
         size = (workdir / "checkpoint.json").stat().st_size / 2**20
         code = daemon.stop()
         print(f"memory after the SpamAssassin stream ({n} messages): peak RSS {peak:.0f} MiB, "
-              f"RSS {now:.0f} MiB, producer process peak RSS {producer:.0f} MiB; "
+              f"RSS {now:.0f} MiB, child processes (producer; prepare if on) peak RSS "
+              f"{producer:.0f} MiB; "
               f"checkpoint {size:.1f} MiB; SIGTERM exit code {code}")
     finally:
         if daemon.proc.poll() is None:

@@ -110,7 +110,7 @@ class LimitsSettings:
 @dataclass(frozen=True, slots=True)
 class PipelineSettings:
     # Decode and featurize in a child process, one batch ahead of the model.
-    prepare_process: bool = True
+    prepare_process: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,10 +73,10 @@ def test_environment_overrides_every_level():
         load_settings(text="", environ={"STREAMNB_CHECKPOINT__EVERY_MESSAGES": "0"})
 
 
-def test_the_prepare_process_is_on_by_default_and_the_environment_turns_it_off():
-    assert load_settings(text="", environ={}).pipeline.prepare_process is True
-    env = {"STREAMNB_PIPELINE__PREPARE_PROCESS": "false"}
-    assert load_settings(text="", environ=env).pipeline.prepare_process is False
+def test_the_prepare_process_is_off_by_default_and_the_environment_turns_it_on():
+    assert load_settings(text="", environ={}).pipeline.prepare_process is False
+    env = {"STREAMNB_PIPELINE__PREPARE_PROCESS": "true"}
+    assert load_settings(text="", environ=env).pipeline.prepare_process is True
     with pytest.raises(ConfigError, match="pipeline.prepare_process must be true or false"):
         load_settings(text="", environ={"STREAMNB_PIPELINE__PREPARE_PROCESS": "off"})
 

@@ -52,15 +52,23 @@ def start(tmp_path, kafka_bootstrap, topic_prefix, partitions=1, **config):
     return path
 
 
+def pipeline_table(prepare_process: bool) -> str:
+    return f"[pipeline]\nprepare_process = {str(prepare_process).lower()}\n"
+
+
+@pytest.mark.parametrize("prepare_process", [False, True], ids=["one-process", "prepare-process"])
 def test_sms_end_to_end_one_prediction_per_unlabelled_id(
-    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir, prepare_process
 ):
     rows = sms(data_dir)
     assert len(rows) == 5574
     rng = random.Random(7)
     unlabelled = {msg_id for msg_id, _, _ in rows if rng.random() < 0.2}
     truth = {msg_id: label for msg_id, label, _ in rows}
-    config = start(tmp_path, kafka_bootstrap, topic_prefix, partitions=2)
+    config = start(
+        tmp_path, kafka_bootstrap, topic_prefix, partitions=2,
+        extra=pipeline_table(prepare_process),
+    )
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     daemon.wait_assigned()
     produce(
@@ -97,8 +105,9 @@ def test_sms_end_to_end_one_prediction_per_unlabelled_id(
     assert read_all(kafka_bootstrap, f"{topic_prefix}-dlq", until=lambda r: False, timeout=1) == []
 
 
+@pytest.mark.parametrize("prepare_process", [False, True], ids=["one-process", "prepare-process"])
 def test_kill_9_at_three_random_moments_loses_and_doubles_nothing(
-    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir, prepare_process
 ):
     rows = sms(data_dir)
     texts = {msg_id: text for msg_id, _, text in rows}
@@ -117,7 +126,7 @@ def test_kill_9_at_three_random_moments_loses_and_doubles_nothing(
             final[old] = new
     config = start(
         tmp_path, kafka_bootstrap, topic_prefix, partitions=3, every_messages=150,
-        every_seconds=0.3, extra="",
+        every_seconds=0.3, extra=pipeline_table(prepare_process),
     )
     config.write_text(config.read_text().replace(
         "poll_timeout_ms = 100", "poll_timeout_ms = 100\nmax_poll_records = 100"))
