@@ -23,7 +23,9 @@
    ``--streams '' --skip-latency --model-step --fake-loop``.
 5. ``--breakdown``: where the daemon loop's time goes on the SMS stream, per stage, in
    microseconds per record (wall time of each call, in-process, one round).
-6. ``--floor``: the CPU per record of each stage any daemon built on these parts must run
+6. ``--prepare-process``: a third contender in the throughput rounds, the daemon with
+   ``pipeline.prepare_process = true`` (decoding and featurizing in a child process).
+7. ``--floor``: the CPU per record of each stage any daemon built on these parts must run
    (the bare consumer's own, decode and featurize, the model step, the feedback store,
    kafka-python's producer for the predictions), each timed on its own, and the best ratio
    two cores could give with that work spread perfectly over them.
@@ -122,15 +124,15 @@ level = "warning"
 """
 
 
-def daemon_loop(bootstrap: str, topic: str, n: int) -> float:
+def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = False) -> float:
     """Seconds for the daemon loop to process ``n`` records, from its first batch, including
     the final checkpoint (which flushes every output)."""
     workdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-"))
     try:
-        settings = load_settings(
-            text=settings_text(bootstrap, topic, workdir, f"bench-{uuid.uuid4().hex[:8]}"),
-            environ={},
-        )
+        text = settings_text(bootstrap, topic, workdir, f"bench-{uuid.uuid4().hex[:8]}")
+        if prepare_process:
+            text += "\n[pipeline]\nprepare_process = true\n"
+        settings = load_settings(text=text, environ={})
         daemon = build_daemon(settings, metrics=Metrics())
         started = None
         done = 0
@@ -215,8 +217,8 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
             else:
                 setattr(owner, name, original)
     print(f"breakdown of one daemon loop over {n} records: {total:.2f} s, "
-          f"{total / n * 1e6:.0f} us per record (decode and featurize: in the prepare process "
-          "unless pipeline.prepare_process = false)")
+          f"{total / n * 1e6:.0f} us per record (the config's defaults: decode and featurize "
+          "in this process)")
     for stage, seconds in sorted(spent.items(), key=lambda item: -item[1]):
         print(f"  {stage:32s} {seconds / n * 1e6:7.1f} us/record  ({calls[stage]} calls)")
 
@@ -568,6 +570,9 @@ def main() -> int:
                         "prepare process")
     parser.add_argument("--breakdown", action="store_true",
                         help="also print where the daemon loop's time goes on each stream")
+    parser.add_argument("--prepare-process", action="store_true",
+                        help="also time the daemon with pipeline.prepare_process = true in the "
+                             "throughput rounds")
     parser.add_argument("--floor", action="store_true",
                         help="also print the CPU per record of the stages every daemon on these "
                              "parts must run, and the best ratio two cores allow")
@@ -576,7 +581,7 @@ def main() -> int:
     if args.child:
         what, topic, n = args.child
         cpu_started = time.process_time()
-        wall = daemon_loop(args.bootstrap, topic, int(n))
+        wall = daemon_loop(args.bootstrap, topic, int(n), prepare_process=what == "prepare")
         print(wall, time.process_time() - cpu_started)
         return 0
 
@@ -594,12 +599,15 @@ def main() -> int:
         produce(args.bootstrap, topic, ((k, v) for k, v, _ in values))
         print(f"  {name}: {len(values)} records in {topic}", file=sys.stderr, flush=True)
         topics[name] = (topic, len(values))
-        bare, loop = [], []
+        bare, loop, prepared = [], [], []
         for round_ in range(args.rounds):
             bare.append(in_child("bare", args.bootstrap, topic, len(values)))
             loop.append(in_child("daemon", args.bootstrap, topic, len(values)))
+            if args.prepare_process:
+                prepared.append(in_child("prepare", args.bootstrap, topic, len(values)))
             print(f"  {name} round {round_ + 1}: bare {bare[-1][0]:.2f} s, "
-                  f"daemon {loop[-1][0]:.2f} s",
+                  f"daemon {loop[-1][0]:.2f} s"
+                  + (f", with the prepare process {prepared[-1][0]:.2f} s" if prepared else ""),
                   file=sys.stderr, flush=True)
         b, d = statistics.median(w for w, _ in bare), statistics.median(w for w, _ in loop)
         n = len(values)
@@ -607,6 +615,11 @@ def main() -> int:
               f"bare consumer {n / b:,.0f} msg/s, daemon {n / d:,.0f} msg/s, "
               f"ratio {b / d:.3f}  [daemon rounds: "
               + ", ".join(f"{n / t:,.0f}" for t, _ in loop) + "]")
+        if prepared:
+            p = statistics.median(w for w, _ in prepared)
+            print(f"  with pipeline.prepare_process = true: daemon {n / p:,.0f} msg/s, "
+                  f"ratio {b / p:.3f}  [rounds: "
+                  + ", ".join(f"{n / t:,.0f}" for t, _ in prepared) + "]")
         if args.breakdown:
             breakdown(args.bootstrap, topic, n)
         if args.floor:
