@@ -333,11 +333,8 @@ class Daemon:
         neither remembered nor among ``run_ids`` (earlier in the run). None otherwise, with
         nothing done: the per-record path then handles it (dead letter, feedback, duplicate
         id)."""
-        value = record.value
-        if value is not None and len(value) > self.max_value_bytes:
-            return None
-        if result[0] != MESSAGE:
-            return None  # a decode error, feedback, or a message the featurizer rejected
+        if result is None or result[0] != MESSAGE:
+            return None  # too large, a decode error, feedback, or rejected by the featurizer
         _, msg_id, label, x, x_json = result
         if not self._label_allowed(label) or msg_id in self.store or msg_id in run_ids:
             return None
@@ -393,9 +390,10 @@ class Daemon:
             self._end_to_end = []
 
     def _process_one(self, record, key: str, result: tuple | None, started: float) -> None:
-        value = record.value
-        if value is not None and len(value) > self.max_value_bytes:
-            self._dead_letter(record, "too_large", f"{len(value)} bytes > limits.max_value_bytes")
+        if result is None:  # the preparers leave values over limits.max_value_bytes unread
+            self._dead_letter(
+                record, "too_large", f"{len(record.value)} bytes > limits.max_value_bytes"
+            )
             return
         kind = result[0]
         if kind == DECODE_ERROR:

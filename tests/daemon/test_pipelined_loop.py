@@ -137,8 +137,9 @@ def test_the_pipelined_loop_ends_where_the_unpipelined_one_does(
     assert pipelined(tmp_path, seed, partitions, batch, rebalance_at) == expected
 
 
-def test_a_rebalance_between_the_poll_of_a_batch_and_its_processing_drops_it(tmp_path):
-    expected = reference(tmp_path, 7, 2, 7)
+def with_a_batch_in_flight(tmp_path):
+    """(kafka, config, metrics, daemon): a pipelined daemon over two partitions, four steps in,
+    with a batch polled and not yet processed."""
     kafka, _, _ = stream_with_poison(7, 2)
     config = settings_for(tmp_path / "pipelined")
     metrics = RecordingMetrics()
@@ -146,6 +147,12 @@ def test_a_rebalance_between_the_poll_of_a_batch_and_its_processing_drops_it(tmp
     for _ in range(4):
         daemon.step(0)
     assert daemon.in_flight and daemon.pending
+    return kafka, config, metrics, daemon
+
+
+def test_a_rebalance_between_the_poll_of_a_batch_and_its_processing_drops_it(tmp_path):
+    expected = reference(tmp_path, 7, 2, 7)
+    kafka, config, metrics, daemon = with_a_batch_in_flight(tmp_path)
     before = dict(daemon.offsets)
     daemon.io.rebalance(list(daemon.io.assigned))
     assert daemon.step(0) == 0  # the poll ran the rebalance: the batch in flight is dropped
@@ -162,13 +169,7 @@ def test_a_dropped_batch_is_read_again_even_if_the_rebalance_kept_its_partitions
     # A rebalance that leaves the partitions assigned and does not seek them: the guard's own
     # seek back to the next unprocessed offsets is what makes the dropped records come again.
     expected = reference(tmp_path, 7, 2, 7)
-    kafka, _, _ = stream_with_poison(7, 2)
-    config = settings_for(tmp_path / "pipelined")
-    metrics = RecordingMetrics()
-    daemon = pipelined_daemon(config, kafka, metrics=metrics)
-    for _ in range(4):
-        daemon.step(0)
-    assert daemon.in_flight
+    kafka, config, metrics, daemon = with_a_batch_in_flight(tmp_path)
     daemon.generation += 1  # what on_assigned/on_revoked do, with no seek and no revocation
     assert daemon.step(0) == 0
     step_until_caught_up(daemon)

@@ -26,6 +26,7 @@ from streamnb.prepare import (
 )
 from tests.conftest import REPO
 from tests.daemon.fakes import WordPipeline
+from tests.processes import running
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -123,14 +124,6 @@ def test_a_child_that_cannot_build_its_pipeline_fails_the_start():
         ProcessPreparer(build_pipeline, ({"kind": "no-such-model"}, {}), MAX_VALUE_BYTES)
 
 
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
 def test_a_killed_child_makes_the_next_results_raise_an_error_naming_it():
     child = ProcessPreparer(WordPipeline, (), MAX_VALUE_BYTES)
     try:
@@ -161,12 +154,12 @@ def test_the_child_ignores_sigterm_and_ends_when_its_pipe_closes():
     try:
         os.kill(pid, signal.SIGTERM)  # a supervisor signalling the whole process group
         time.sleep(0.5)  # long enough for a default SIGTERM handler to have ended it
-        assert _running(pid), "the prepare process ended on SIGTERM instead of its daemon"
+        assert running(pid), "the prepare process ended on SIGTERM instead of its daemon"
         [result] = child.results(child.submit([b'{"id": "a", "text": "hi"}'], ["in:0:0"]))
         assert result[0] == MESSAGE
     finally:
         child.close()
-    assert not _running(pid)
+    assert not running(pid)
     assert child._process.exitcode == 0
 
 
@@ -185,14 +178,14 @@ def test_the_child_ends_when_its_parent_is_killed(tmp_path):
                               env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         pid = int(parent.stdout.readline())
-        assert _running(pid)
+        assert running(pid)
     finally:
         parent.kill()
         parent.wait(10)
     deadline = time.monotonic() + 10
-    while _running(pid) and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _running(pid), "the prepare process outlived its killed parent"
+    assert not running(pid), "the prepare process outlived its killed parent"
 
 
 def test_a_program_that_never_closes_its_preparer_still_exits(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 
 from streamnb.kafka_io import KafkaDeliveryError, ProducerProcess, create_topics, read_all
 from tests.integration.harness import REPO, DaemonProcess, wait_for, write_config
+from tests.processes import running
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -46,14 +47,6 @@ def test_a_dead_producer_process_fails_the_next_flush(kafka_bootstrap, topic_pre
         producer.close(1)
 
 
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
 def _spawned_children(pid: int) -> list[int]:
     """Child processes started by multiprocessing's spawn (not its resource tracker)."""
     children = []
@@ -80,9 +73,9 @@ def test_the_producer_process_ignores_sigterm_and_ends_with_a_killed_daemon(
     child = children[0]
     os.kill(child, signal.SIGTERM)  # a supervisor signalling the whole process group
     time.sleep(0.5)  # long enough for a default SIGTERM handler to have ended it
-    assert _running(child), "the producer process ended on SIGTERM instead of its daemon"
+    assert running(child), "the producer process ended on SIGTERM instead of its daemon"
     daemon.kill()
-    wait_for(lambda: not _running(child), 10,
+    wait_for(lambda: not running(child), 10,
              "the producer process to end after its daemon was killed")
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from streamnb.models import ModelInputError, make_model
 from streamnb.models._text import SHORT_MESSAGE_TOKENS
+from tests.models.test_models_short_path import replay
 
 # Few words, so tokens repeat within a batch; a long message draws from many more.
 WORDS = ["win", "cash", "now", "lunch", "at", "noon", "发票", "naïve"]
@@ -52,16 +53,6 @@ OPTIONS = [
     {"n_buckets": 64},
 ]
 options = st.sampled_from(OPTIONS)
-
-
-def replay(model, events):
-    learned = []
-    for x, y, unlearn in events:
-        if unlearn and learned:
-            model.unlearn_one(*learned.pop(0))
-        else:
-            model.learn_one(x, y)
-            learned.append((x, y))
 
 
 def loop(model, xs, ys):
