@@ -59,10 +59,10 @@ sys.path.insert(0, str(REPO))
 
 from streamnb.config import load_settings  # noqa: E402
 from streamnb.daemon import build_daemon  # noqa: E402
-from streamnb.kafka_io import create_topics, produce, read_all  # noqa: E402
+from streamnb.daemon.checkpoint import read_checkpoint  # noqa: E402
+from streamnb.daemon.kafka_io import create_topics, produce, read_all  # noqa: E402
 from streamnb.metrics import Metrics  # noqa: E402
 from streamnb.models import MultinomialNB  # noqa: E402
-from streamnb.state import read_checkpoint  # noqa: E402
 
 DATA = Path(os.environ.get("STREAMNB_DATA", REPO.parent / "shared" / "data"))
 
@@ -161,8 +161,8 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
     import functools
 
     import streamnb.daemon as daemon_module
-    import streamnb.prepare as prepare_module
-    from streamnb.feedback import FeedbackStore
+    import streamnb.daemon.prepare as prepare_module
+    from streamnb.daemon.feedback import FeedbackStore
 
     spent: collections.Counter = collections.Counter()
     calls: collections.Counter = collections.Counter()
@@ -245,8 +245,8 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
     from kafka import KafkaProducer
 
     from streamnb.codec import decode, encode
-    from streamnb.feedback import FeedbackStore
-    from streamnb.kafka_io import producer_config
+    from streamnb.daemon.feedback import FeedbackStore
+    from streamnb.daemon.kafka_io import producer_config
     from streamnb.pipeline import build_pipeline
 
     settings = load_settings(text=settings_text(bootstrap, topic, Path("/nonexistent"), "floor"),

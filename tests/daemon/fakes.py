@@ -23,7 +23,7 @@ from streamnb.config import (
     Settings,
 )
 from streamnb.daemon import Daemon
-from streamnb.kafka_io import Record
+from streamnb.daemon.kafka_io import Record
 from streamnb.pipeline import Prepared
 
 
@@ -164,7 +164,7 @@ class FakeKafka:
 
 
 class FakeIO:
-    """The surface of :class:`streamnb.kafka_io.KafkaIO` over a :class:`FakeKafka`."""
+    """The surface of :class:`streamnb.daemon.kafka_io.KafkaIO` over a :class:`FakeKafka`."""
 
     def __init__(self, kafka: FakeKafka, topics, on_assigned, on_revoked, batch=7):
         self.kafka = kafka

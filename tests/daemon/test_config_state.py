@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamnb.config import ConfigError, load_settings
-from streamnb.feedback import FeedbackStore, decide
-from streamnb.state import CheckpointError, read_checkpoint, write_checkpoint
+from streamnb.daemon.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from streamnb.daemon.feedback import FeedbackStore, decide
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamnb.state import read_checkpoint
+from streamnb.daemon.checkpoint import read_checkpoint
 from tests.daemon.fakes import (
     CountModel,
     FakeKafka,
@@ -277,7 +277,7 @@ def test_checkpoint_of_another_model_kind_is_refused(tmp_path):
     from dataclasses import replace
 
     from streamnb.config import ModelSettings
-    from streamnb.state import CheckpointError
+    from streamnb.daemon.checkpoint import CheckpointError
 
     kafka, _, _ = _stream(3, n=10)
     config = settings_for(tmp_path)

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamnb.daemon import Daemon
-from streamnb.prepare import InProcessPreparer, ProcessPreparer
-from streamnb.state import read_checkpoint
+from streamnb.daemon.checkpoint import read_checkpoint
+from streamnb.daemon.prepare import InProcessPreparer, ProcessPreparer
 from tests.daemon.fakes import (
     CountModel,
     FakeIO,
@@ -225,7 +225,7 @@ def test_a_dead_preparer_fails_the_loop_without_a_checkpoint(tmp_path):
     import os
     import signal
 
-    from streamnb.prepare import PreparerError
+    from streamnb.daemon.prepare import PreparerError
 
     kafka, _, _ = stream_with_poison(5, 1)
     config = settings_for(tmp_path)

@@ -14,8 +14,7 @@ import orjson
 import pytest
 
 from streamnb.config import load_settings
-from streamnb.pipeline import build_pipeline
-from streamnb.prepare import (
+from streamnb.daemon.prepare import (
     DECODE_ERROR,
     FEEDBACK,
     MESSAGE,
@@ -24,6 +23,7 @@ from streamnb.prepare import (
     PreparerError,
     ProcessPreparer,
 )
+from streamnb.pipeline import build_pipeline
 from tests.conftest import REPO
 from tests.daemon.fakes import WordPipeline
 from tests.processes import running
@@ -167,7 +167,7 @@ def test_the_child_ends_when_its_parent_is_killed(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(
         "import sys, time\n"
-        "from streamnb.prepare import ProcessPreparer\n"
+        "from streamnb.daemon.prepare import ProcessPreparer\n"
         "from tests.daemon.fakes import WordPipeline\n"
         "if __name__ == '__main__':\n"
         "    child = ProcessPreparer(WordPipeline, (), 100)\n"
@@ -193,7 +193,7 @@ def test_a_program_that_never_closes_its_preparer_still_exits(tmp_path):
     # pipe closed at exit, a daemon that failed after starting the child would hang here.
     script = tmp_path / "forget.py"
     script.write_text(
-        "from streamnb.prepare import ProcessPreparer\n"
+        "from streamnb.daemon.prepare import ProcessPreparer\n"
         "from tests.daemon.fakes import WordPipeline\n"
         "if __name__ == '__main__':\n"
         "    child = ProcessPreparer(WordPipeline, (), 100)\n"

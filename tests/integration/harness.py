@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from streamnb.state import CheckpointError, read_checkpoint
+from streamnb.daemon.checkpoint import CheckpointError, read_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 

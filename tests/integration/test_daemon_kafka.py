@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from streamnb.codec import Message
-from streamnb.kafka_io import create_topics, end_offsets, produce, read_all
+from streamnb.daemon.kafka_io import create_topics, end_offsets, produce, read_all
 from streamnb.pipeline import build_pipeline
 from tests.integration.harness import (
     DaemonProcess,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from streamnb.kafka_io import KafkaDeliveryError, ProducerProcess, create_topics, read_all
+from streamnb.daemon.kafka_io import KafkaDeliveryError, ProducerProcess, create_topics, read_all
 from tests.integration.harness import REPO, DaemonProcess, wait_for, write_config
 from tests.processes import running
 
@@ -86,7 +86,7 @@ def test_a_program_that_never_closes_its_producer_process_still_exits(
     # pipe closed at exit, a daemon that failed after starting the child would hang here.
     script = tmp_path / "forget.py"
     script.write_text(
-        "from streamnb.kafka_io import ProducerProcess\n"
+        "from streamnb.daemon.kafka_io import ProducerProcess\n"
         "if __name__ == '__main__':\n"
         f"    producer = ProducerProcess({{'bootstrap_servers': {kafka_bootstrap!r}}})\n"
         f"    producer.send({topic_prefix + '-out'!r}, None, b'x')\n"

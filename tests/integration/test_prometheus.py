@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from streamnb.kafka_io import create_topics, end_offsets, produce
+from streamnb.daemon.kafka_io import create_topics, end_offsets, produce
 from tests.integration.harness import (
     DaemonProcess,
     feedback,

@@ -4,7 +4,7 @@ The loop is prequential: every message is predicted by the current model **befor
 is learned from it. An unlabelled message's prediction goes to the output topic; a labelled
 message's prediction feeds the accuracy metrics and then the model learns it. Feedback
 (``{"type": "feedback", "id": ..., "label": ...}``) is applied through the
-:class:`~streamnb.feedback.FeedbackStore`, which makes it idempotent. Anything that cannot be
+:class:`~streamnb.daemon.feedback.FeedbackStore`, which makes it idempotent. Anything that cannot be
 used goes to the dead-letter topic with its original bytes and a reason.
 
 State is kept per input partition ("slices", see ``docs/daemon.md``): each slice is a model
@@ -14,7 +14,7 @@ in one atomic file; on assignment the daemon loads a partition's slice and seeks
 saved offset, so every label is counted once whatever moment the process died.
 
 The Kafka side is injected (``io_factory``) so the loop can be tested against an in-memory
-fake; :class:`~streamnb.kafka_io.KafkaIO` is the real one.
+fake; :class:`~streamnb.daemon.kafka_io.KafkaIO` is the real one.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from typing import Any
 from streamnb import __version__
 from streamnb.codec import Feedback, encode
 from streamnb.config import ConfigError, Settings, load_settings
-from streamnb.feedback import FeedbackStore, decide
-from streamnb.logs import configure_logging
-from streamnb.prepare import (
+from streamnb.daemon.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from streamnb.daemon.feedback import FeedbackStore, decide
+from streamnb.daemon.prepare import (
     DECODE_ERROR,
     FEEDBACK,
     MESSAGE,
@@ -45,7 +45,7 @@ from streamnb.prepare import (
     InProcessPreparer,
     prepare_value,
 )
-from streamnb.state import CheckpointError, read_checkpoint, write_checkpoint
+from streamnb.logs import configure_logging
 
 __all__ = ["Daemon", "add_arguments", "build_daemon", "main", "slice_key"]
 
@@ -108,8 +108,8 @@ class Daemon:
     ``new_model()`` makes an empty model, ``load_model(state)`` rebuilds one from
     ``to_state()``; ``pipeline.prepare(message).x`` is the model input; ``metrics`` follows
     the :mod:`streamnb.metrics` API; ``io_factory(on_assigned, on_revoked)`` returns the Kafka
-    side (:class:`~streamnb.kafka_io.KafkaIO` or a fake with the same methods).
-    ``preparer`` decodes and featurizes polled batches (:mod:`streamnb.prepare`; by default
+    side (:class:`~streamnb.daemon.kafka_io.KafkaIO` or a fake with the same methods).
+    ``preparer`` decodes and featurizes polled batches (:mod:`streamnb.daemon.prepare`; by default
     in this process with ``pipeline``); ``pipelined`` (by default: when the preparer runs
     concurrently) makes :meth:`step` prepare each batch while the one before is processed.
 
@@ -280,7 +280,7 @@ class Daemon:
     def process(self, records: list, prepared: list | None = None) -> None:
         """Apply one polled batch (records in offset order within each partition).
 
-        ``prepared`` holds the preparer's result for each record (:mod:`streamnb.prepare`);
+        ``prepared`` holds the preparer's result for each record (:mod:`streamnb.daemon.prepare`);
         None computes them here, record by record.
 
         Consecutive plain new messages (see :meth:`_read_new`) are scored and learned with one
@@ -619,7 +619,7 @@ class Daemon:
                 "feedback": self.store.to_state(),
                 "metrics": self.metrics.to_state(),
             }
-            # Steps 4 and 5 (streamnb.state.write_checkpoint: temp file, fsync, rename, fsync dir)
+            # Steps 4 and 5 (checkpoint.write_checkpoint: temp file, fsync, rename, fsync dir)
             size = write_checkpoint(self.settings.checkpoint.path, body)
             assigned = {_tp(k): self.offsets[k] for k in self.slices if k in self.offsets}
             self.checkpoints_written += 1
@@ -893,7 +893,7 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
     pipeline = build_pipeline({"kind": kind, **options}, settings.features)
     preparer = None
     if settings.pipeline.prepare_process:
-        from streamnb.prepare import ProcessPreparer
+        from streamnb.daemon.prepare import ProcessPreparer
 
         preparer = ProcessPreparer(
             build_pipeline,
@@ -911,7 +911,7 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
         if settings.metrics.port:
             metrics.serve(settings.metrics.host, settings.metrics.port)
     if io_factory is None:
-        from streamnb.kafka_io import KafkaIO
+        from streamnb.daemon.kafka_io import KafkaIO
 
         def io_factory(on_assigned, on_revoked):
             return KafkaIO(settings.kafka, on_assigned, on_revoked)

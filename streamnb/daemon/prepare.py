@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 
 from streamnb.codec import DecodeError, Feedback, decode
-from streamnb.feedback import FeedbackStore
+from streamnb.daemon.feedback import FeedbackStore
 
 __all__ = [
     "DECODE_ERROR",
