@@ -253,8 +253,7 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
                              environ={})
     n = len(values)
 
-    pipeline = build_pipeline({"kind": settings.model.kind, **settings.model.options},
-                              settings.features)
+    pipeline = build_pipeline(settings.model.table(), settings.features)
     messages = [decode(v, default_id="x") for _, v, _ in values]
     inputs = [pipeline.prepare(m).x for m in messages]
     labels = [m.label for m in messages]
@@ -447,6 +446,10 @@ def model_step(rounds: int) -> None:
     batch step (``prequential_many`` over polls of 500), alternating, in-process."""
     from streamnb.features import Featurizer, FeaturizerOptions
     from streamnb.models import make_model
+    from streamnb.models.presets import resolve
+
+    # the daemon's model for each kind: its default preset
+    default_options = {kind: resolve({"kind": kind})[1] for kind in ("multinomial", "bernoulli")}
 
     featurizer = Featurizer(FeaturizerOptions())
     stream = [(featurizer.from_text(orjson.loads(v)["text"]).tokens,
@@ -470,7 +473,7 @@ def model_step(rounds: int) -> None:
         times: dict[str, list[float]] = {name: [] for name, _, _ in contenders}
         for _ in range(rounds):
             for name, limit, step in contenders:
-                model = make_model(kind)
+                model = make_model(kind, **default_options[kind])
                 if limit is not None:
                     model._short_limit = limit
                 started = time.process_time()

@@ -37,6 +37,7 @@ __all__ = [
     "LoggingSettings",
     "MetricsSettings",
     "ModelSettings",
+    "OutputSettings",
     "PipelineSettings",
     "Settings",
     "load_settings",
@@ -71,8 +72,22 @@ class KafkaSettings:
 @dataclass(frozen=True, slots=True)
 class ModelSettings:
     kind: str = "multinomial"
+    # None: the kind's default preset (streamnb.models.presets: "mail" for multinomial).
+    preset: str | None = None
     labels: tuple[str, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+
+    def table(self) -> dict[str, Any]:
+        """The flat model table (kind, preset, options) that build_pipeline and
+        streamnb.models.presets.resolve take."""
+        preset = {} if self.preset is None else {"preset": self.preset}
+        return {"kind": self.kind, **preset, **self.options}
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSettings:
+    # Tokens that weighed most listed with each prediction (0: no explanation).
+    explain: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +136,7 @@ class Settings:
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     feedback: FeedbackSettings = field(default_factory=FeedbackSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    output: OutputSettings = field(default_factory=OutputSettings)
     logging: LoggingSettings = field(default_factory=LoggingSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
@@ -149,6 +165,12 @@ def _str(key: str, value: Any) -> str:
 def _positive_int(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         _fail(key, "a positive integer", value)
+    return value
+
+
+def _count(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        _fail(key, "an integer >= 0", value)
     return value
 
 
@@ -237,8 +259,14 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
     ),
     "model": (
         ModelSettings,
-        {"kind": _nonempty_str, "labels": _str_list(nonempty=False), "options": _table},
+        {
+            "kind": _nonempty_str,
+            "preset": _nonempty_str,
+            "labels": _str_list(nonempty=False),
+            "options": _table,
+        },
     ),
+    "output": (OutputSettings, {"explain": _count}),
     "checkpoint": (
         CheckpointSettings,
         {"path": _path, "every_messages": _positive_int, "every_seconds": _positive_float},
@@ -343,6 +371,7 @@ def load_settings(
             every_seconds=settings.checkpoint.every_seconds,
         )
         settings = Settings(**{**_as_dict(settings), "checkpoint": checkpoint})
+    _check_preset(settings.model)
     kafka = settings.kafka
     topics = {kafka.output_topic, kafka.dead_letter_topic}
     clash = topics.intersection(kafka.input_topics)
@@ -352,6 +381,17 @@ def load_settings(
             f"must be different topics, got {sorted(clash or topics)}"
         )
     return settings
+
+
+def _check_preset(model: ModelSettings) -> None:
+    if model.preset is None:
+        return
+    from streamnb.models.presets import preset_options
+
+    try:
+        preset_options(model.kind, model.preset)
+    except ValueError as error:
+        raise ConfigError(f"config: model.preset: {error}") from None
 
 
 def _as_dict(settings: Settings) -> dict[str, Any]:

@@ -74,14 +74,16 @@ class Pipeline:
 def build_pipeline(model: Mapping[str, Any], features: Mapping[str, Any]) -> Pipeline:
     """A pipeline from the ``[model]`` and ``[features]`` tables of ``config.toml``.
 
-    ``model`` holds ``kind`` plus the model's options; ``features`` holds the featurizer's
-    options. An unknown kind or option raises ``ValueError`` naming it.
+    ``model`` holds ``kind``, ``preset`` and the model's options (see
+    :func:`streamnb.models.presets.resolve`: without ``preset``, a multinomial model is the
+    tuned ``"mail"`` one); ``features`` holds the featurizer's options. An unknown kind, preset
+    or option raises ``ValueError`` naming it.
     """
     from streamnb.features import Featurizer, FeaturizerOptions
     from streamnb.models import make_model
+    from streamnb.models.presets import resolve
 
-    model_options = dict(model)
-    kind = model_options.pop("kind", "multinomial")
+    kind, model_options = resolve(model)
     try:
         featurizer_options = FeaturizerOptions(**features)
     except TypeError as error:

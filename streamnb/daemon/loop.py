@@ -886,18 +886,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable | None = None):
     """The daemon with the real model, featurizer, metrics and Kafka, from ``settings``."""
     from streamnb.models import make_model, model_from_state
+    from streamnb.models.presets import resolve
     from streamnb.pipeline import build_pipeline
 
-    options = dict(settings.model.options)
-    kind = settings.model.kind
-    pipeline = build_pipeline({"kind": kind, **options}, settings.features)
+    table = settings.model.table()
+    kind, options = resolve(table)  # the preset's options with [model.options] on top
+    pipeline = build_pipeline(table, settings.features)
     preparer = None
     if settings.pipeline.prepare_process:
         from streamnb.daemon.prepare import ProcessPreparer
 
         preparer = ProcessPreparer(
             build_pipeline,
-            ({"kind": kind, **options}, dict(settings.features)),
+            (table, dict(settings.features)),
             settings.limits.max_value_bytes,
             timeout=settings.kafka.stall_seconds,
         )

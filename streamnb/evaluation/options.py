@@ -10,7 +10,7 @@ The ``[model]`` and ``[features]`` tables of the daemon's ``config.toml`` are wh
 >>> tables.model, tables.features
 ({'kind': 'bernoulli', 'alpha': 0.1}, {'bigrams': True})
 >>> tables.describe()
-'model: kind=bernoulli alpha=0.1; features: bigrams=True'
+'model: kind=bernoulli preset=textbook alpha=0.1; features: bigrams=True'
 """
 
 from __future__ import annotations
@@ -91,9 +91,13 @@ class Tables:
         def one(table: dict) -> str:
             return " ".join(f"{k}={v}" for k, v in table.items()) or "defaults"
 
-        # kind first, whatever order the options were given in
-        options = {k: v for k, v in self.model.items() if k != "kind"}
-        model = one({"kind": self.model.get("kind", DEFAULT_KIND), **options})
+        # kind and preset first, whatever order the options were given in
+        from streamnb.models.presets import default_preset
+
+        kind = self.model.get("kind", DEFAULT_KIND)
+        options = {k: v for k, v in self.model.items() if k not in ("kind", "preset")}
+        preset = self.model.get("preset", default_preset(kind))
+        model = one({"kind": kind, "preset": preset, **options})
         return f"model: {model}; features: {one(self.features)}"
 
     def build_pipeline(self):

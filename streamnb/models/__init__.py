@@ -3,7 +3,7 @@
 Every model learns and unlearns one labelled example at a time, adds and subtracts with another
 model of its kind (``+=``, ``-=``), and saves itself as a JSON-compatible, versioned dict.
 
->>> model = make_model("multinomial", alpha=1.0, repeated_words="count")
+>>> model = make_model("multinomial")   # the textbook model; preset="mail": the tuned one
 >>> model.learn_one({"win": 1, "cash": 2}, "spam")
 >>> model.learn_one({"lunch": 1, "today": 1}, "ham")
 >>> copy = model_from_state(model.to_state())
@@ -21,6 +21,7 @@ from streamnb.models._base import STATE_VERSION, Model, ModelInputError, StateEr
 from streamnb.models.bernoulli import BernoulliNB
 from streamnb.models.gda import GDA
 from streamnb.models.multinomial import TEXTBOOK_OPTIONS, MultinomialNB
+from streamnb.models.presets import PRESETS, preset_options
 
 __all__ = [
     "BernoulliNB",
@@ -29,6 +30,7 @@ __all__ = [
     "Model",
     "ModelInputError",
     "MultinomialNB",
+    "PRESETS",
     "STATE_VERSION",
     "StateError",
     "TEXTBOOK_OPTIONS",
@@ -44,11 +46,20 @@ KINDS: dict[str, type[Model]] = {
 }
 
 
-def make_model(kind: str, **options: Any) -> Model:
-    """A new, empty model of ``kind`` with ``options``; ValueError names an unknown kind/option."""
+def make_model(kind: str, *, preset: str | None = None, **options: Any) -> Model:
+    """A new, empty model of ``kind`` with ``options``; ValueError names an unknown kind/option.
+
+    Without ``preset`` the class defaults apply (the textbook models); ``preset`` (a name from
+    :mod:`streamnb.models.presets`, e.g. ``"mail"``) gives its options, ``options`` go on top.
+
+    >>> make_model("multinomial", preset="mail", alpha=0.5).options()["alpha"]
+    0.5
+    """
     cls = KINDS.get(kind)
     if cls is None:
         raise ValueError(f"unknown model kind {kind!r}; expected one of {sorted(KINDS)}")
+    if preset is not None:
+        options = {**preset_options(kind, preset), **options}
     accepted = [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
     for name in options:
         if name not in accepted:

@@ -13,7 +13,7 @@ import pytest
 
 from streamnb.evaluation import scoring
 from streamnb.features import Featurizer, FeaturizerOptions
-from streamnb.models import TEXTBOOK_OPTIONS, MultinomialNB, make_model
+from streamnb.models import TEXTBOOK_OPTIONS, BernoulliNB, MultinomialNB, make_model
 from streamnb.pipeline import build_pipeline
 
 N_MESSAGES = 2500
@@ -45,19 +45,32 @@ def prequential(model, stream):
     }
 
 
-def test_make_model_gives_the_documented_default():
-    assert make_model("multinomial").options() == MultinomialNB().options() == {
+def test_the_daemons_default_is_the_documented_mail_preset():
+    mail = {
         "alpha": 0.2, "repeated_words": "binary", "top_k": None, "temperature": 1.0,
         "complement": False, "tf": "raw", "idf": True, "length_norm": True, "min_spread": 0.5,
         "combining": "nb", "robinson_s": 0.0178, "robinson_x": 0.52, "min_dev": 0.375,
         "n_buckets": None,
     }
-    assert build_pipeline({}, {}).model.options() == MultinomialNB().options()
+    assert make_model("multinomial", preset="mail").options() == mail
+    # config.toml, the daemon and streamnb evaluate build their model with build_pipeline
+    assert build_pipeline({}, {}).model.options() == mail
+    assert build_pipeline({"kind": "multinomial"}, {}).model.options() == mail
+    assert build_pipeline({"preset": "textbook"}, {}).model.options() == MultinomialNB().options()
+
+
+def test_the_classes_defaults_are_the_textbook_models():
+    assert MultinomialNB().options() == make_model("multinomial").options() == {
+        **TEXTBOOK_OPTIONS, "robinson_s": 0.0178, "robinson_x": 0.52, "min_dev": 0.375,
+        "n_buckets": None,
+    }
+    assert BernoulliNB().options() == {"alpha": 1.0, "top_k": None, "temperature": 1.0,
+                                       "n_buckets": None}
 
 
 def test_default_ranks_and_calibrates_better_than_plain_nb(sms_stream):
-    default = prequential(MultinomialNB(), sms_stream)
-    plain = prequential(MultinomialNB(**TEXTBOOK_OPTIONS), sms_stream)
+    default = prequential(make_model("multinomial", preset="mail"), sms_stream)
+    plain = prequential(MultinomialNB(), sms_stream)
     assert default["one_minus_auc_pct"] < plain["one_minus_auc_pct"]
     assert math.isfinite(plain["log_loss"])
     assert default["log_loss"] < 0.8 * plain["log_loss"]
@@ -66,7 +79,7 @@ def test_default_ranks_and_calibrates_better_than_plain_nb(sms_stream):
 def test_predict_proba_is_what_the_ranking_uses(sms_stream):
     # The daemon publishes predict_proba_one; the evaluator ranks by predict_log_proba_one.
     X, y = sms_stream
-    model = MultinomialNB()
+    model = make_model("multinomial", preset="mail")
     model.learn_many(X[:500], y[:500])
     for x in X[500:520]:
         proba, log_proba = model.predict_proba_one(x), model.predict_log_proba_one(x)

@@ -64,8 +64,8 @@ def test_evaluate_table_with_variants_and_overrides(data_dir, capsys):
     ])
     out = capsys.readouterr().out
     assert code == 0
-    assert "base: model: kind=multinomial alpha=0.5" in out
-    assert "bern: model: kind=bernoulli alpha=0.5" in out
+    assert "base: model: kind=multinomial preset=mail alpha=0.5" in out
+    assert "bern: model: kind=bernoulli preset=textbook alpha=0.5" in out
     assert "(1-ROCA)%" in out and "lam%" in out
 
 

@@ -91,6 +91,35 @@ def test_state_is_plain_json_with_kind_and_version(kind):
         trained(kind).predict_proba_one(example(kind, 3))
 
 
+def test_a_state_saved_with_the_old_tuned_defaults_keeps_its_options():
+    """States carry every option: one saved when MultinomialNB() was the tuned mail scoring
+    (what the "mail" preset now gives) loads with those options, not today's defaults."""
+    mail = _MultinomialNB(alpha=0.2, repeated_words="binary", idf=True, length_norm=True,
+                          min_spread=0.5)
+    for i in range(8):
+        mail.learn_one({"win": 1 + i % 3, f"w{i % 4}": 2, "cash": i % 2 + 1},
+                       "spam" if i % 3 else "ham")
+    state = json.loads(json.dumps(mail.to_state()))
+    restored = model_from_state(state)
+    assert restored.options() == mail.options() == make_model("multinomial",
+                                                              preset="mail").options()
+    query = {"win": 2, "w1": 1, "cash": 1}
+    assert restored.predict_log_proba_one(query) == mail.predict_log_proba_one(query)
+    assert restored.predict_log_proba_one(query) != _MultinomialNB.from_state(
+        {**state, "options": {}}).predict_log_proba_one(query)
+
+
+def test_a_state_without_the_scoring_options_loads_as_the_textbook_model():
+    """States written before the scoring options existed hold only alpha, repeated_words,
+    top_k and n_buckets: the model they were saved from scored like the textbook model."""
+    model = MultinomialNB()
+    model.learn_many([{"win": 2, "cash": 1}, {"lunch": 1}], ["spam", "ham"])
+    state = model.to_state()
+    old = {**state, "options": {k: state["options"][k]
+                                for k in ("alpha", "repeated_words", "top_k", "n_buckets")}}
+    assert model_from_state(old).options() == model.options()
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_unusable_states_are_refused_with_a_clear_error(kind):
     state = trained(kind).to_state()

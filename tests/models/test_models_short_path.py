@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from streamnb.models import make_model
 from streamnb.models._text import SHORT_MESSAGE_TOKENS
+from streamnb.models.presets import MAIL
 
 # Enough words that a message can be longer than the short-message limit.
 WORDS = [f"w{i}" for i in range(3 * SHORT_MESSAGE_TOKENS)] + ["发票", "naïve"]
@@ -28,17 +29,23 @@ def _message(n: int, seed: int) -> dict[str, int]:
 messages = st.builds(_message, st.integers(0, 2 * SHORT_MESSAGE_TOKENS), st.integers(0, 2**16))
 # (message, label, unlearn?): an unlearn event takes back an earlier example of the stream.
 events = st.lists(st.tuples(messages, st.sampled_from(LABELS), st.booleans()), max_size=30)
+# The multinomial option sets are on top of the "mail" preset (binary counts, idf, length_norm,
+# min_spread 0.5); the class defaults (the textbook model) are a set of their own.
+_ON_MAIL = [
+    {"repeated_words": "count"},
+    {"repeated_words": "mixed", "alpha": 0.5},
+    {"repeated_words": "binary", "alpha": 0.1},
+    {"top_k": 5},
+    {},  # the mail preset itself
+    {"tf": "log", "idf": True, "length_norm": False, "min_spread": 0.0,
+     "repeated_words": "count", "temperature": 2.5},
+    {"min_spread": 0.3, "top_k": 3, "idf": False},
+    {"complement": True},  # left to the array path
+    {"combining": "robinson"},  # left to the array path
+]
 configs = st.sampled_from([
-    ("multinomial", {"repeated_words": "count"}),
-    ("multinomial", {"repeated_words": "mixed", "alpha": 0.5}),
-    ("multinomial", {"repeated_words": "binary", "alpha": 0.1}),
-    ("multinomial", {"top_k": 5}),
-    ("multinomial", {}),  # the tuned defaults: binary counts, idf, length_norm, min_spread
-    ("multinomial", {"tf": "log", "idf": True, "length_norm": False, "min_spread": 0.0,
-                     "repeated_words": "count", "temperature": 2.5}),
-    ("multinomial", {"min_spread": 0.3, "top_k": 3, "idf": False}),
-    ("multinomial", {"complement": True}),  # left to the array path
-    ("multinomial", {"combining": "robinson"}),  # left to the array path
+    *(("multinomial", {**MAIL, **options}) for options in _ON_MAIL),
+    ("multinomial", {}),  # the class defaults: the textbook model
     ("bernoulli", {}),
     ("bernoulli", {"alpha": 0.25, "top_k": 4, "temperature": 0.5}),
 ])

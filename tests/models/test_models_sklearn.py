@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import pytest
 from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
@@ -12,12 +10,8 @@ from sklearn.naive_bayes import GaussianNB as SkGaussianNB
 from sklearn.naive_bayes import MultinomialNB as SkMultinomialNB
 
 from streamnb.hashing import stable_bucket
-from streamnb.models import GDA, TEXTBOOK_OPTIONS, BernoulliNB, make_model
-from streamnb.models import MultinomialNB as _MultinomialNB
+from streamnb.models import GDA, BernoulliNB, MultinomialNB, make_model
 from tests.models.conftest import count_matrix
-
-# scikit-learn's MultinomialNB is the textbook model: pin its options whatever the defaults are.
-MultinomialNB = partial(_MultinomialNB, **TEXTBOOK_OPTIONS)
 
 
 def ours_as_matrix(model, X, classes):
@@ -30,6 +24,22 @@ def split(corpus, n_train):
 
 
 CORPORA = {"sms": 4000, "spamassassin": 1400}  # name -> messages used for training
+
+
+@pytest.mark.parametrize("corpus_name", sorted(CORPORA))
+@pytest.mark.parametrize("ours, theirs", [(MultinomialNB, SkMultinomialNB),
+                                          (BernoulliNB, SkBernoulliNB)])
+def test_default_models_are_sklearns_default_models(request, corpus_name, ours, theirs):
+    """Both sides built with their defaults, fitted on the same token counts."""
+    X_train, y_train, X_test = split(request.getfixturevalue(corpus_name), CORPORA[corpus_name])
+    model = ours()
+    model.learn_many(X_train, y_train)
+    vocabulary = sorted({token for doc in X_train for token in doc})
+    reference = theirs().fit(count_matrix(X_train, vocabulary), y_train)
+    test_matrix = count_matrix(X_test, vocabulary)
+    np.testing.assert_allclose(ours_as_matrix(model, X_test, reference.classes_),
+                               reference.predict_log_proba(test_matrix), rtol=1e-9, atol=1e-9)
+    assert model.predict_many(X_test) == reference.predict(test_matrix).tolist()
 
 
 @pytest.mark.parametrize("corpus_name, alpha", [("sms", 1.0), ("sms", 0.1), ("spamassassin", 1.0)])
@@ -87,8 +97,7 @@ def test_bernoulli_matches_sklearn_after_unlearning(sms):
 def test_hashed_models_match_sklearn_on_bucket_counts(sms, kind):
     X, y = sms
     n_buckets = 4096
-    textbook = TEXTBOOK_OPTIONS if kind == "multinomial" else {}
-    model = make_model(kind, n_buckets=n_buckets, **textbook)
+    model = make_model(kind, n_buckets=n_buckets)
     model.learn_many(X[:4000], y[:4000])
 
     def hashed(doc):

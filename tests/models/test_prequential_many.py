@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamnb.models import ModelInputError, make_model
+from streamnb.models import TEXTBOOK_OPTIONS, ModelInputError, make_model
 from streamnb.models._text import SHORT_MESSAGE_TOKENS
+from streamnb.models.presets import MAIL
 from tests.models.test_models_short_path import replay
 
 # Few words, so tokens repeat within a batch; a long message draws from many more.
@@ -38,8 +39,10 @@ stream = st.lists(st.tuples(messages, labels), max_size=40)
 # (message, label, unlearn?) learned before the batch: a prior state, some of it taken back.
 prior = st.lists(st.tuples(messages, st.sampled_from(["ham", "spam", "eggs"]), st.booleans()),
                  max_size=15)
-OPTIONS = [
-    {},  # the defaults: binary counts, idf, length_norm, min_spread 0.5
+# Each set is on top of the "mail" preset (binary counts, idf, length_norm, min_spread 0.5),
+# the daemon's default; TEXTBOOK_OPTIONS (the class defaults) is added at the end.
+OPTIONS = [{**MAIL, **options} for options in [
+    {},  # the mail preset itself
     {"repeated_words": "count"},
     {"repeated_words": "mixed", "tf": "log", "temperature": 2.5},
     {"repeated_words": "count", "idf": False, "length_norm": False, "min_spread": 0.0},
@@ -51,7 +54,7 @@ OPTIONS = [
     {"combining": "robinson"},
     {"top_k": 3},
     {"n_buckets": 64},
-]
+]] + [TEXTBOOK_OPTIONS]
 options = st.sampled_from(OPTIONS)
 
 
@@ -191,12 +194,14 @@ def test_gda_gets_the_loop_and_checks_lengths_first():
     assert fresh.n_updates == 0
 
 
-def test_an_sms_stream_in_batches_of_500_is_the_loop(sms):
+@pytest.mark.parametrize("preset", ["mail", "textbook"])
+def test_an_sms_stream_in_batches_of_500_is_the_loop(sms, preset):
     xs, ys = sms
     rng = random.Random(3)
     ys = [y if rng.random() < 0.8 else None for y in ys[:3000]]
     xs = xs[:3000]
-    looped, batched = make_model("multinomial"), make_model("multinomial")
+    looped = make_model("multinomial", preset=preset)
+    batched = make_model("multinomial", preset=preset)
     expected = loop(looped, xs, ys)
     got = []
     for start in range(0, len(xs), 500):
