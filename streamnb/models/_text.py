@@ -52,6 +52,15 @@ _EXACT_COUNT = 2**46
 SHORT_MESSAGE_TOKENS = 64
 
 
+def term_spreads(terms: np.ndarray) -> np.ndarray:
+    """Per token (row), max − min of its terms over the classes (columns); for two classes
+    computed as |t0 − t1|, the same number (IEEE subtraction rounds symmetrically) in fewer
+    numpy calls than two reductions along the short axis."""
+    if terms.shape[1] == 2:
+        return np.abs(terms[:, 0] - terms[:, 1])
+    return terms.max(axis=1) - terms.min(axis=1)
+
+
 class TextModel(Model):
     """Base of :class:`MultinomialNB` and :class:`BernoulliNB` (token-count inputs)."""
 
@@ -552,7 +561,7 @@ class TextModel(Model):
         """Indices of the ``top_k`` tokens whose terms differ most between classes."""
         if top_k is None or terms.shape[0] <= top_k:
             return None
-        spread = terms.max(axis=1) - terms.min(axis=1)
+        spread = term_spreads(terms)
         return np.sort(np.argpartition(-spread, top_k - 1)[:top_k])
 
     def _score(self, x, top_k: int | None, want_terms: bool = False):

@@ -44,7 +44,7 @@ import numpy as np
 
 from streamnb.models import _prequential
 from streamnb.models._base import check_positive
-from streamnb.models._text import TextModel
+from streamnb.models._text import TextModel, term_spreads
 from streamnb.models.combining import log_robinson_indicator, robinson_f
 
 __all__ = ["TEXTBOOK_OPTIONS", "MultinomialNB"]
@@ -154,9 +154,35 @@ class MultinomialNB(TextModel):
         return np.log(counts + self.alpha) - self._log_denominators(columns)
 
     def _score_rows(self, columns, known, values, rows, top_k, want_terms):
-        if self.combining == "nb":
+        if self.combining != "nb":
+            return self._robinson_rows(columns, known, rows)
+        if self.complement:  # one denominator per token and class: the general sum
             return super()._score_rows(columns, known, values, rows, top_k, want_terms)
-        return self._robinson_rows(columns, known, rows)
+        # The message's counts are gathered and their logs taken once, for the selection
+        # (min_spread, top-k), the idf weights and the sum alike: the same numbers as
+        # _token_scores, _weigh and TextModel._joint_scores compute, to the bit.
+        counts = self._gather(rows, columns) if rows.size else np.zeros((0, columns.size))
+        log_counts = np.log(counts + self.alpha)
+        log_denominators = self._log_denominators(columns)
+        df = None
+        if self.idf:  # messages holding each token (counts are integers: any order is exact)
+            df = counts[:, 0] + counts[:, 1] if columns.size == 2 else counts.sum(axis=1)
+        terms = chosen = None
+        if want_terms or self._may_leave_tokens_out(rows.size, top_k):
+            terms = log_counts - log_denominators
+            chosen = self._select_top_k(terms, top_k)
+            if chosen is not None:
+                values, rows, log_counts = values[chosen], rows[chosen], log_counts[chosen]
+                terms = terms[chosen] if want_terms else None
+                if df is not None:
+                    df = df[chosen]
+        values = self._weigh(values, rows, columns, df)
+        if not rows.size:
+            return columns, (known, chosen), values, terms, self._log_prior(columns).copy()
+        # Σ_k x_k log θ_kc = Σ_k x_k log(N_kc + α) − (Σ_k x_k) log(N_c + α|V|)
+        scores = self._log_prior(columns) - values.sum() * log_denominators
+        scores += np.einsum("i,ij->j", values, log_counts)
+        return columns, (known, chosen), values, terms, scores
 
     def _robinson_rows(self, columns, known, rows):
         """Scores log I_c (one class against the rest); terms are log f_c(w) of kept tokens,
@@ -200,45 +226,48 @@ class MultinomialNB(TextModel):
     def _select_top_k(self, terms: np.ndarray, top_k: int | None) -> np.ndarray | None:
         if not self.min_spread or not terms.shape[0]:
             return super()._select_top_k(terms, top_k)
-        strong = np.flatnonzero(terms.max(axis=1) - terms.min(axis=1) >= self.min_spread)
+        strong = np.flatnonzero(term_spreads(terms) >= self.min_spread)
         if strong.size == terms.shape[0]:
             return super()._select_top_k(terms, top_k)
+        if top_k is None or strong.size <= top_k:
+            return strong
         chosen = super()._select_top_k(terms[strong], top_k)
         return strong if chosen is None else strong[chosen]
 
-    def _weigh(self, values: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    def _weigh(self, values: np.ndarray, rows: np.ndarray, columns: np.ndarray,
+               df: np.ndarray | None = None) -> np.ndarray:
+        """``df``: the document frequency of each of ``rows``, when the caller has it."""
+        owned = False  # whether ``values`` is an array made here (then changed in place)
         if self.tf == "log":
-            values = np.log1p(values)
+            values, owned = np.log1p(values), True
         if self.idf and values.size:
-            df = self._gather(rows, columns).sum(axis=1)
+            if df is None:
+                df = self._gather(rows, columns).sum(axis=1)
             n = self._n_docs[columns].sum()
-            values = values * np.maximum(np.log((1.0 + n) / (1.0 + df)) + 1.0, 0.0)
+            # max(log((1 + n) / (1 + df)) + 1, 0), computed in place
+            idf = np.add(df, 1.0)
+            np.divide(1.0 + n, idf, out=idf)
+            np.log(idf, out=idf)
+            idf += 1.0
+            np.maximum(idf, 0.0, out=idf)
+            if self.repeated_words == "count" or self.tf == "log":
+                idf *= values
+            # else every scoring value is 1 (a token counts once): 1 * idf is idf
+            values, owned = idf, True
         if self.length_norm and values.size:
             # einsum, not a BLAS dot, for the same bits whatever the memory alignment
             norm = math.sqrt(float(np.einsum("i,i->", values, values)))
             if norm > 0:
-                values = values / norm
+                if owned:
+                    values /= norm
+                else:
+                    values = values / norm
         return values
 
     def _base_scores(self, columns: np.ndarray) -> np.ndarray:
         if self.combining == "robinson":  # no prior: the indicator is the whole score
             return np.zeros(columns.size)
         return self._log_prior(columns)
-
-    def _joint_scores(self, rows: np.ndarray, values: np.ndarray, columns: np.ndarray
-                      ) -> np.ndarray:
-        # Σ_k x_k log θ_kc = Σ_k x_k log(N_kc + α) − (Σ_k x_k) log(N_c + α|V|): the
-        # denominator is applied once per class instead of once per token.
-        if self.complement:  # one denominator per token and class: the general sum
-            return super()._joint_scores(rows, values, columns)
-        if not rows.size:
-            return self._log_prior(columns).copy()
-        scores = self._log_prior(columns) - values.sum() * self._log_denominators(columns)
-        counts = self._gather(rows, columns)
-        counts += self.alpha  # a fresh array: fancy indexing copies
-        np.log(counts, out=counts)
-        scores += np.einsum("i,ij->j", values, counts)
-        return scores
 
     def _trains_on_counts(self) -> bool:
         return self.counts_occurrences
