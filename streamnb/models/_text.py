@@ -680,6 +680,77 @@ class TextModel(Model):
             "ignored": ignored,
         }
 
+    def explanation_unavailable(self) -> str | None:
+        """Why :meth:`explain_log_odds` cannot split this model's scores (None: it can)."""
+        return None
+
+    def explain_log_odds(self, x: Mapping[str, float], k: int = 10) -> dict[str, Any] | None:
+        """Why ``x`` gets its prediction: the log-odds of the predicted class against the
+        runner-up, split exactly into a prior term and one contribution per token.
+
+        Returns None before two classes are known, else a dict: ``label`` (the prediction),
+        ``versus`` (the runner-up), ``log_odds`` (log P(label | x) − log P(versus | x)),
+        ``prior`` (log π_label − log π_versus), for Bernoulli ``absent_words`` (the difference
+        of Σ_{j∈V} log(1 − φ_j|c), the score of the words the message lacks), ``tokens`` (the
+        ``k`` largest contributions by magnitude, as ``[token, contribution]`` pairs; positive
+        for the predicted class), ``rest`` (the sum of the other tokens' contributions),
+        ``n_tokens`` (tokens that were scored) and ``n_ignored`` (tokens outside the
+        vocabulary or left out by ``min_spread`` / ``top_k``, which contribute nothing). Every
+        term is divided by ``temperature``, as the scores are, so
+
+            prior + absent_words + Σ tokens + rest = log_odds   (to rounding).
+
+        A token's contribution is its weighted term's difference between the two classes:
+        for the multinomial model w_t (log θ_t|label − log θ_t|versus), w_t its count or its
+        weight after idf and length normalisation; for Bernoulli
+        log(φ_t|label / (1 − φ_t|label)) − log(φ_t|versus / (1 − φ_t|versus)).
+
+        >>> from streamnb.models import MultinomialNB
+        >>> model = MultinomialNB()
+        >>> model.learn_many([{"cheap": 2, "pills": 1}, {"meeting": 1}], ["spam", "ham"])
+        >>> why = model.explain_log_odds({"cheap": 2, "meeting": 1})
+        >>> why["label"], why["versus"], [(t, round(c, 4)) for t, c in why["tokens"]]
+        ('spam', 'ham', [('cheap', 1.3863), ('meeting', -1.0986)])
+        >>> # cheap: 2 log((3/6) / (1/4)), meeting: log((1/6) / (2/4)); equal priors
+        >>> terms = why["prior"] + sum(c for _, c in why["tokens"]) + why["rest"]
+        >>> round(terms, 12) == round(why["log_odds"], 12)
+        True
+        """
+        reason = self.explanation_unavailable()
+        if reason is not None:
+            raise ValueError(reason)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ValueError(f"k must be an int >= 0, got {k!r}")
+        detail = self.explain(x)
+        log_proba = detail["log_proba"]
+        if len(log_proba) < 2:
+            return None
+        label = detail["prediction"]
+        versus = max(sorted(c for c in log_proba if c != label), key=log_proba.__getitem__)
+        temperature = self.temperature
+        columns = self._active_columns()
+        log_prior = dict(zip((self._labels[c] for c in columns),
+                             self._log_prior(columns).tolist(), strict=True))
+        base = detail["base"]
+        contributions = sorted(
+            (((terms[label] - terms[versus]) / temperature, str(token))
+             for token, terms in detail["tokens"].items()),
+            key=lambda pair: (-abs(pair[0]), pair[1]))
+        why: dict[str, Any] = {
+            "label": label,
+            "versus": versus,
+            "log_odds": log_proba[label] - log_proba[versus],
+            "prior": (log_prior[label] - log_prior[versus]) / temperature,
+        }
+        absent = ((base[label] - log_prior[label]) - (base[versus] - log_prior[versus]))
+        if self.kind == "bernoulli":
+            why["absent_words"] = absent / temperature
+        why["tokens"] = [[token, contribution] for contribution, token in contributions[:k]]
+        why["rest"] = math.fsum(contribution for contribution, _ in contributions[k:])
+        why["n_tokens"] = len(contributions)
+        why["n_ignored"] = len(detail["ignored"])
+        return why
+
     def _bucket_of(self, token):
         return token if self.n_buckets is None else stable_bucket(token, self.n_buckets)
 

@@ -161,7 +161,11 @@ class MultinomialNB(TextModel):
         # The message's counts are gathered and their logs taken once, for the selection
         # (min_spread, top-k), the idf weights and the sum alike: the same numbers as
         # _token_scores, _weigh and TextModel._joint_scores compute, to the bit.
-        counts = self._gather(rows, columns) if rows.size else np.zeros((0, columns.size))
+        if not rows.size:
+            terms = np.zeros((0, columns.size)) if want_terms else None
+            return (columns, (known, None), self._weigh(values, rows, columns), terms,
+                    self._log_prior(columns).copy())
+        counts = self._gather(rows, columns)
         log_counts = np.log(counts + self.alpha)
         log_denominators = self._log_denominators(columns)
         df = None
@@ -177,7 +181,7 @@ class MultinomialNB(TextModel):
                 if df is not None:
                     df = df[chosen]
         values = self._weigh(values, rows, columns, df)
-        if not rows.size:
+        if not rows.size:  # min_spread left every token out
             return columns, (known, chosen), values, terms, self._log_prior(columns).copy()
         # Σ_k x_k log θ_kc = Σ_k x_k log(N_kc + α) − (Σ_k x_k) log(N_c + α|V|)
         scores = self._log_prior(columns) - values.sum() * log_denominators
@@ -218,6 +222,12 @@ class MultinomialNB(TextModel):
         chosen = None if keep.all() else np.flatnonzero(keep)
         ones = np.ones(terms.shape[0])
         return columns, (known, chosen), ones, terms, scores
+
+    def explanation_unavailable(self) -> str | None:
+        if self.combining != "nb":
+            return (f"combining = {self.combining!r} joins the tokens with a chi-square test, "
+                    "not a sum: its scores have no exact per-token split")
+        return None
 
     def _may_leave_tokens_out(self, n_tokens: int, top_k: int | None) -> bool:
         return (self.min_spread > 0 and n_tokens > 0) or super()._may_leave_tokens_out(
