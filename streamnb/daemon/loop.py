@@ -150,6 +150,13 @@ class Daemon:
         self.parked: dict[str, Any] = {}  # known but not assigned (checkpoint, revoked)
         self.offsets: dict[str, int] = {}  # key -> next offset the slice covers
         self.live: Any = new_model()  # sum of the assigned slices: the model that predicts
+        # output.explain: the k tokens that weighed most, with each prediction (0: none)
+        self.explain_k = settings.output.explain
+        if self.explain_k:
+            unavailable = getattr(self.live, "explanation_unavailable",
+                                  lambda: "this model has no per-token explanation")()
+            if unavailable is not None:
+                raise ValueError(f"output.explain: {unavailable}")
         self.store = FeedbackStore(settings.feedback.max_ids, settings.feedback.max_bytes)
 
         self.lock = threading.RLock()
@@ -338,6 +345,9 @@ class Daemon:
         _, msg_id, label, x, x_json = result
         if not self._label_allowed(label) or msg_id in self.store or msg_id in run_ids:
             return None
+        if label is None and self.explain_k:
+            # An explanation is computed on the model that predicted: one message at a time.
+            return None
         return _NewMessage(record, key, msg_id, label, x, x_json, started)
 
     def _apply_run(self, run: list[_NewMessage]) -> None:
@@ -441,7 +451,7 @@ class Daemon:
             self._tally["consumed", "unlabelled"] += 1
             if entry is None:
                 self.store.remember(msg_id, key, new.x_json, None)
-            self._emit(msg_id, _predicted(proba), proba, new.record, new.started)
+            self._emit(msg_id, _predicted(proba), proba, new.record, new.started, x=new.x)
             return
 
         self._tally["consumed", "labelled"] += 1
@@ -522,8 +532,9 @@ class Daemon:
         self._tally["learned", label] += 1
 
     def _emit(self, msg_id: str, predicted, proba: dict, record, started: float,
-              model_updates: int | None = None) -> None:
-        latency = time.perf_counter() - started
+              model_updates: int | None = None, x: Any = None) -> None:
+        """``x``: the model input, to explain the prediction with (``output.explain``); the
+        live model must still be the one that predicted it."""
         prediction = {
             "id": msg_id,
             "label": predicted,
@@ -533,8 +544,11 @@ class Daemon:
             "topic": record.topic,
             "partition": record.partition,
             "offset": record.offset,
-            "latency_seconds": latency,
         }
+        if self.explain_k and x is not None:
+            prediction["explanation"] = self.live.explain_log_odds(x, self.explain_k)
+        latency = time.perf_counter() - started
+        prediction["latency_seconds"] = latency
         self.io.send(
             self.settings.kafka.output_topic,
             msg_id.encode("utf-8", "surrogatepass"),
