@@ -1,4 +1,4 @@
-"""The ``streamnb`` command: ``streamnb run``, ``streamnb evaluate``, ``streamnb crossval``.
+"""The ``streamnb`` command: ``streamnb run``, ``evaluate``, ``crossval``, ``explain``.
 
 Each sub-command lives in its own module, which provides ``add_arguments(parser)`` and
 ``main(args) -> int``; this file only routes to them, so importing the CLI stays cheap.
@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("streamnb.daemon", "run the classifier daemon against Kafka"),
     "evaluate": ("streamnb.evaluation.evaluate", "replay a labelled corpus prequentially"),
     "crossval": ("streamnb.evaluation.crossval", "k-fold cross-validation on a corpus"),
+    "explain": ("streamnb.explain", "why a saved model marks a message: the tokens that "
+                "weighed most"),
 }
 
 

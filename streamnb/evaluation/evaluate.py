@@ -26,6 +26,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from streamnb.evaluation import options as options_module
 from streamnb.evaluation.corpora import FORMATS, Corpus, CorpusError, read_corpus
@@ -40,12 +41,14 @@ RECALL_KEY = "spam_recall_at_fpr_0.1pct"
 
 @dataclass
 class EvaluationRun:
-    """One replay of one corpus under one set of options, with its figures."""
+    """One replay of one corpus under one set of options, with its figures and the model as
+    it stands after learning the whole stream."""
 
     name: str
     tables: Tables
     result: ReplayResult
     figures: dict
+    model: Any = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scores",
         metavar="OUT.tsv",
         help="write id, label, predicted label and score of every message",
+    )
+    out.add_argument(
+        "--save-model",
+        metavar="OUT.json",
+        type=Path,
+        help="save the model learned from the whole stream (the base run), with the [features] "
+        "it was fed with, for `streamnb explain --model`",
     )
     out.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument(
@@ -124,7 +134,7 @@ def evaluate_corpus(
         result = replay(
             pipeline, corpus.messages, progress=progress, description=name, featurized=featurized
         )
-        runs.append(EvaluationRun(name, tables, result, result.report(positive)))
+        runs.append(EvaluationRun(name, tables, result, result.report(positive), pipeline.model))
     return runs
 
 
@@ -257,6 +267,10 @@ def main(args: argparse.Namespace) -> int:
 
     if args.scores:
         _write_scores(args.scores, runs[0])
+    if args.save_model:
+        from streamnb.explain import write_model_file
+
+        write_model_file(args.save_model, runs[0].model, runs[0].tables.features)
     if args.plot:
         from streamnb.evaluation.plots import plot_replay
 
