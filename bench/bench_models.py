@@ -10,6 +10,7 @@
    BernoulliNB, whose prediction loops over the vocabulary.
 3. GDA (pooled covariance) prequential on Spambase's 57 features, against river's GaussianNB.
 4. State size of MultinomialNB on the whole corpus: exact vocabulary versus feature hashing.
+5. The CPU cost of an explanation (``explain_log_odds``) next to a prediction.
 
 Figures are medians over ``--repeats`` runs (streamnb and river alternate within each run).
 """
@@ -212,6 +213,25 @@ def bench_state_size(X, y):
               f"state_nbytes = {model.state_nbytes() / 2**20:6.2f} MiB")
 
 
+def bench_explain(X, y, repeats):
+    """What an explanation (output.explain, streamnb explain) costs next to a prediction."""
+    model = make_model("multinomial", preset="mail")
+    model.learn_many(X[:4000], y[:4000])
+    held_out = X[4000:5000]
+    times: dict[str, list[float]] = {"predict_proba_one": [], "explain_log_odds(x, 10)": []}
+    for _ in range(repeats):
+        for name, call in (("predict_proba_one", model.predict_proba_one),
+                           ("explain_log_odds(x, 10)", partial(model.explain_log_odds, k=10))):
+            start = time.process_time()
+            for x in held_out:
+                call(x)
+            times[name].append((time.process_time() - start) / len(held_out) * 1e6)
+    print(f"\n[5] explanation cost, mail preset, {len(held_out)} held-out SpamAssassin messages "
+          f"after 4000 learned; CPU per message, median of {repeats}")
+    for name, values in times.items():
+        print(f"    {name:24s} {statistics.median(values):8.1f} us")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -225,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
     bench_bernoulli(X, y, repeats, args.quick)
     bench_gda(args.data, repeats)
     bench_state_size(X, y)
+    bench_explain(X, y, repeats)
 
 
 if __name__ == "__main__":
