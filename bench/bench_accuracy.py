@@ -3,7 +3,7 @@
 Every stream is replayed under the TREC immediate-feedback protocol (score each message, then
 learn it with its gold label) by three filters on the same messages in the same order:
 
-- **streamnb**: the built-in defaults (``make_model("multinomial")`` and ``FeaturizerOptions()``),
+- **streamnb**: the built-in defaults (the ``"mail"`` preset and ``FeaturizerOptions()``),
   or the ``[model]``/``[features]`` tables of ``--config FILE``;
 - **plain NB**: a plain multinomial NB (occurrence counts, α = 1, every token, temperature 1) on
   the same tokens, the reference for how calibrated the probabilities are;
