@@ -721,34 +721,45 @@ class TextModel(Model):
             raise ValueError(reason)
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             raise ValueError(f"k must be an int >= 0, got {k!r}")
-        detail = self.explain(x)
-        log_proba = detail["log_proba"]
-        if len(log_proba) < 2:
+        if self._active_columns().size < 2:
+            self._encode(x)  # still reject bad input
             return None
-        label = detail["prediction"]
-        versus = max(sorted(c for c in log_proba if c != label), key=log_proba.__getitem__)
+        all_keys, columns, (known, chosen), values, terms, scores = self._score(
+            x, self.top_k, want_terms=True)
+        labels = [self._labels[c] for c in columns]
         temperature = self.temperature
-        columns = self._active_columns()
-        log_prior = dict(zip((self._labels[c] for c in columns),
-                             self._log_prior(columns).tolist(), strict=True))
-        base = detail["base"]
-        contributions = sorted(
-            (((terms[label] - terms[versus]) / temperature, str(token))
-             for token, terms in detail["tokens"].items()),
-            key=lambda pair: (-abs(pair[0]), pair[1]))
+        log_proba = log_normalise(dict(zip(labels, (scores / temperature).tolist(),
+                                           strict=True)))
+        label = max(sorted(log_proba), key=log_proba.__getitem__)
+        versus = max(sorted(c for c in log_proba if c != label), key=log_proba.__getitem__)
+        first, second = labels.index(label), labels.index(versus)
+        keys = all_keys if known is None else [
+            key for key, kept in zip(all_keys, known.tolist(), strict=True) if kept]
+        if chosen is not None:
+            keys = [keys[i] for i in chosen.tolist()]
+        names_of = self._names_of_keys(x)
+        names = [str(names_of.get(key, key)) for key in keys]
+        # the same operations as explain(): each class's weighted term, then their difference
+        contributions = (values * terms[:, first] - values * terms[:, second]) / temperature
+        listed = _strongest(contributions, names, k)
+        shown = set(listed)
+        log_prior = self._log_prior(columns)
+        base = self._base_scores(columns)
         why: dict[str, Any] = {
             "label": label,
             "versus": versus,
             "log_odds": log_proba[label] - log_proba[versus],
-            "prior": (log_prior[label] - log_prior[versus]) / temperature,
+            "prior": float(log_prior[first] - log_prior[second]) / temperature,
         }
-        absent = ((base[label] - log_prior[label]) - (base[versus] - log_prior[versus]))
         if self.kind == "bernoulli":
-            why["absent_words"] = absent / temperature
-        why["tokens"] = [[token, contribution] for contribution, token in contributions[:k]]
-        why["rest"] = math.fsum(contribution for contribution, _ in contributions[k:])
-        why["n_tokens"] = len(contributions)
-        why["n_ignored"] = len(detail["ignored"])
+            absent = (base[first] - log_prior[first]) - (base[second] - log_prior[second])
+            why["absent_words"] = float(absent) / temperature
+        values_list = contributions.tolist()
+        why["tokens"] = [[names[i], values_list[i]] for i in listed]
+        why["rest"] = math.fsum(c for i, c in enumerate(values_list) if i not in shown)
+        why["n_tokens"] = len(keys)
+        used = set(keys)
+        why["n_ignored"] = sum(self._bucket_of(token) not in used for token in x)
         return why
 
     def _bucket_of(self, token):
@@ -838,3 +849,17 @@ class TextModel(Model):
 
     def _check_loaded(self) -> None:
         pass
+
+
+def _strongest(contributions: np.ndarray, names: list[str], k: int) -> list[int]:
+    """Indices of the ``k`` largest ``contributions`` by magnitude, strongest first; equal
+    magnitudes in name order (so the listing never depends on the message's token order)."""
+    magnitude = np.abs(contributions)
+    n = magnitude.size
+    if k < n:
+        kth = np.partition(magnitude, n - k)[n - k] if k else math.inf
+        candidates = np.flatnonzero(magnitude >= kth).tolist()
+    else:
+        candidates = list(range(n))
+    candidates.sort(key=lambda i: (-magnitude.item(i), names[i]))
+    return candidates[:k]

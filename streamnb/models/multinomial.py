@@ -399,6 +399,8 @@ class MultinomialNB(TextModel):
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]
         rows = self._vocabulary_rows()
+        if not rows.size:  # an empty vocabulary: no θ (and N_c + α|V| = 0)
+            return [], np.zeros(0)
         log_theta = np.log(self._counts[rows, column] + self.alpha) - math.log(
             self._totals[column] + self.alpha * self._vocab)
         return [self._keys[r] for r in rows.tolist()], log_theta

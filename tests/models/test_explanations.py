@@ -44,7 +44,7 @@ def close(a, b, scale):
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9 * max(1.0, scale))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=st.sampled_from(sorted(CONFIGS)),
        stream=st.lists(st.tuples(message, st.sampled_from(["ham", "spam", "work"])),
                        max_size=25),
@@ -73,10 +73,13 @@ def test_the_contributions_add_up_to_the_predicted_log_odds(config, stream, x, k
     tail = [c for _, c in everything["tokens"]][k:]
     assert close(why["rest"], math.fsum(tail), scale)
     assert {t for t, _ in why["tokens"]} <= {t for t, _ in everything["tokens"]}
-    assert why["n_tokens"] + why["n_ignored"] == len(x)
+    if config == "hashed":  # colliding tokens share one scored bucket, named "a|b"
+        assert why["n_tokens"] + why["n_ignored"] <= len(x)
+    else:
+        assert why["n_tokens"] + why["n_ignored"] == len(x)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=st.lists(st.tuples(message, st.sampled_from(["ham", "spam"])), min_size=2,
                        max_size=20),
        x=query)
