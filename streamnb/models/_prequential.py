@@ -24,7 +24,8 @@ recomputed with the expression of its message's path, so the same tokens are kep
 from __future__ import annotations
 
 import math
-from itertools import chain, count, groupby, repeat
+from itertools import chain, compress, groupby, repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -90,29 +91,23 @@ def _values(xs: list[dict]) -> np.ndarray:
 
 
 class _Batch:
-    """The batch's token occurrences, one per (message, token) in message order: their counts,
-    and the id of their token among the batch's distinct tokens (numbered in order of first
-    occurrence), whose rows are looked up once each (-1: never indexed)."""
+    """The batch's token occurrences, one per (message, token) in message order: their tokens,
+    counts and rows (-1: a token the model has not indexed), and which are not indexed."""
 
     def __init__(self, model: MultinomialNB, xs: list[dict], values: np.ndarray):
         self.lengths = np.fromiter(map(len, xs), dtype=np.intp, count=len(xs))
-        n = values.size
         self.values = values
-        first_seen: dict[str, int] = {}
-        position = np.fromiter(map(first_seen.setdefault, chain.from_iterable(xs), count()),
-                               dtype=np.intp, count=n)  # of each token's first occurrence
-        self.tokens = list(first_seen)
-        id_at = np.empty(n, dtype=np.intp)
-        id_at[np.fromiter(first_seen.values(), dtype=np.intp, count=len(first_seen))] = (
-            np.arange(len(first_seen)))
-        self.token = id_at[position]
-        self.token_rows = np.fromiter(map(model._index.get, self.tokens, repeat(-1)),
-                                      dtype=np.intp, count=len(self.tokens))
+        self.keys = list(chain.from_iterable(xs))
+        self.rows = np.fromiter(map(model._index.get, self.keys, repeat(-1)), dtype=np.intp,
+                                count=values.size)
+        self.unknown = np.flatnonzero(self.rows < 0)
+        self.unknown_keys = _pick(self.keys, self.unknown)
 
     @classmethod
     def read(cls, model: MultinomialNB, xs: list, ys: list) -> _Batch | None:
         """The batch, if :func:`vectorisable` accepts every example (checked over the whole
-        batch at once); None otherwise."""
+        batch at once); None otherwise. A token the model knows equals a ``str`` (the model
+        holds no other): only the others' types are checked."""
         if not all(isinstance(x, dict) for x in xs) or not all(
                 y is None or isinstance(y, str) for y in ys):
             return None
@@ -127,9 +122,16 @@ class _Batch:
         if array.size and not (array.min() > 0 and array.max() < _EXACT_COUNT):
             return None
         batch = cls(model, xs, array)
-        if not set(map(type, batch.tokens)) <= {str}:
+        if not set(map(type, batch.unknown_keys)) <= {str}:
             return None
         return batch
+
+
+def _pick(items: list, positions: np.ndarray) -> list:
+    """``[items[i] for i in positions]``."""
+    if positions.size < 2:
+        return [items[i] for i in positions.tolist()]
+    return list(itemgetter(*positions.tolist())(items))
 
 
 def _state_is_exact(model: MultinomialNB, rows: np.ndarray, added: float) -> bool:
@@ -156,25 +158,26 @@ def _columns_and_rows(model: MultinomialNB, batch: _Batch, ys: list,
                       message: np.ndarray) -> np.ndarray:
     """Create the class columns and token rows the batch's labelled messages will need (zero
     counts, in the order the loop would create them: by first labelled occurrence); return
-    each message's column (-1: unlabelled) and fill in ``batch.token_rows``."""
+    each message's column (-1: unlabelled) and fill in the rows of ``batch``."""
     known_column = model._column.get
     column = np.array([-1 if y is None else known_column(y, -1) for y in ys], dtype=np.intp)
     for i in np.flatnonzero(column < 0).tolist():  # a class first seen in this batch
         if ys[i] is not None:
             column[i] = model._column_of(ys[i])
-    token_rows = batch.token_rows
-    missing = np.flatnonzero((column[message] >= 0) & (token_rows[batch.token] < 0))
-    if missing.size:
-        ids = batch.token[missing]
-        _, first = np.unique(ids, return_index=True)
-        new_ids = ids[np.sort(first)]
-        new_keys = [batch.tokens[i] for i in new_ids.tolist()]
-        start = len(model._keys)
-        model._key_bytes += sum(map(len, new_keys))
-        model._add_rows(new_keys)
-        # learned below, hence stale: their row lists are made when the short path reads them
-        model._row_counts.extend([None] * len(new_keys))
-        token_rows[new_ids] = np.arange(start, start + len(new_keys))
+    unknown = batch.unknown
+    if unknown.size:
+        learned = (column[message[unknown]] >= 0).tolist()
+        new_keys = list(dict.fromkeys(compress(batch.unknown_keys, learned)))
+        if new_keys:
+            start = len(model._keys)
+            model._key_bytes += sum(map(len, new_keys))
+            model._add_rows(new_keys)
+            # learned below, hence stale: their row lists are made when the short path reads
+            # them
+            model._row_counts.extend([None] * len(new_keys))
+            new_rows = dict(zip(new_keys, range(start, start + len(new_keys)), strict=True))
+            batch.rows[unknown] = np.fromiter(map(new_rows.get, batch.unknown_keys, repeat(-1)),
+                                              dtype=np.intp, count=unknown.size)
     return column
 
 
@@ -186,8 +189,7 @@ def _exclusive_cumsum(values: np.ndarray) -> np.ndarray:
 def _step(model: MultinomialNB, batch: _Batch, xs: list, ys: list) -> list[dict[str, float]]:
     """The vectorised step over examples :func:`vectorisable` accepts (see the module doc)."""
     train_values = batch.values if model.counts_occurrences else np.ones_like(batch.values)
-    known = batch.token_rows[batch.token_rows >= 0]
-    if not _state_is_exact(model, known, float(train_values.sum())):
+    if not _state_is_exact(model, batch.rows[batch.rows >= 0], float(train_values.sum())):
         return model._prequential_loop(xs, ys)
     n_messages = len(xs)
     message = np.repeat(np.arange(n_messages), batch.lengths)  # of each occurrence
@@ -203,25 +205,22 @@ def _step(model: MultinomialNB, batch: _Batch, xs: list, ys: list) -> list[dict[
     n_docs = model._n_docs + _exclusive_cumsum(learned_docs)
     totals = model._totals + _exclusive_cumsum(learned_totals)
 
-    # Per occurrence of a token learned before or during the batch, in (token, message)
-    # order; each token's occurrences form a group. Class-major arrays (classes x
-    # occurrences), so that each class is one contiguous run.
-    token_rows = batch.token_rows
-    kept = np.flatnonzero(token_rows[batch.token] >= 0)
-    if len(batch.tokens) <= 2**16:  # numpy's stable sort of 16-bit ints is a radix sort
-        order = kept[np.argsort(batch.token[kept].astype(np.uint16), kind="stable")]
-    else:  # sorting unique keys: stable or not, the same order
-        order = kept[np.argsort(batch.token[kept] * n_messages + message[kept])]
-    token = batch.token[order]
+    # Per occurrence of a token learned before or during the batch, in (row, message) order;
+    # each row's occurrences form a group. Class-major arrays (classes x occurrences), so
+    # that each class is one contiguous run.
+    kept = np.flatnonzero(batch.rows >= 0)
+    # sorting unique keys: stable or not, the same order
+    order = kept[np.argsort(batch.rows[kept] * n_messages + message[kept])]
+    rows = batch.rows[order]
     message = message[order]
     n_kept = order.size
     new_group = np.empty(n_kept, dtype=bool)
     new_group[:1] = True
-    np.not_equal(token[1:], token[:-1], out=new_group[1:])
+    np.not_equal(rows[1:], rows[:-1], out=new_group[1:])
     starts = np.flatnonzero(new_group)
     ends = np.append(starts[1:], n_kept)[: starts.size] - 1
     group = np.cumsum(new_group) - 1  # of each occurrence
-    group_rows = token_rows[token[starts]]
+    group_rows = rows[starts]
     stored = model._counts[group_rows].T  # classes x groups
     occurrence_column = column[message]
     learned_values = np.where(occurrence_column >= 0, train_values[order], 0.0)
@@ -232,10 +231,9 @@ def _step(model: MultinomialNB, batch: _Batch, xs: list, ys: list) -> list[dict[
         running = np.cumsum(increments)
         before_group = running[starts] - increments[starts]
         group_sums[c] = running[ends] - before_group
-        running -= increments
-        running -= before_group[group]  # the sum restarts at each group
-        counts[c] = running
-        counts[c] += stored[c][group]
+        # the sum restarts at each group, from the stored count
+        np.subtract(running, increments, out=counts[c])
+        counts[c] += (stored[c] - before_group)[group]
 
     # A token enters V at its first learned occurrence, if it had no count before the batch.
     learned_here = np.flatnonzero(occurrence_column >= 0)
