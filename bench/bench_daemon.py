@@ -26,7 +26,8 @@
 5. ``--breakdown``: where the daemon loop's time goes on the SMS stream, per stage, in
    microseconds per record (wall time of each call, in-process, one round).
 6. ``--prepare-process``: a third contender in the throughput rounds, the daemon with
-   ``pipeline.prepare_process = true`` (decoding and featurizing in a child process).
+   ``pipeline.prepare_process = true`` (decoding and featurizing in a child process);
+   ``--baseline DIR`` another, the daemon of another checkout (the code before a change, say).
 7. ``--floor``: the CPU per record of each stage any daemon built on these parts must run
    (the bare consumer's own, decode and featurize, the model step, the feedback store,
    kafka-python's producer for the predictions), each timed on its own, and the best ratio
@@ -437,8 +438,8 @@ def memory(bootstrap: str, topic: str, n: int) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300
-             ) -> tuple[float, float]:
+def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300,
+             repo: Path = REPO) -> tuple[float, float]:
     """Run one measurement in a fresh process (isolated memory, and a kafka-python stall
     cannot hang the benchmark); retried once if it stalls. Returns (wall, CPU) seconds; the
     CPU is the measured process's own (the daemon's producer child is not in it).
@@ -450,8 +451,8 @@ def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300
         try:
             out = subprocess.run(
                 [sys.executable, "-m", *module, topic, str(n), "--bootstrap", bootstrap],
-                cwd=REPO, capture_output=True, text=True, timeout=timeout, check=True,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
+                cwd=repo, capture_output=True, text=True, timeout=timeout, check=True,
+                env={**os.environ, "PYTHONPATH": str(repo)},
             ).stdout
             wall, cpu = out.strip().splitlines()[-1].split()
             return float(wall), float(cpu)
@@ -621,6 +622,10 @@ def main() -> int:
     parser.add_argument("--prepare-process", action="store_true",
                         help="also time the daemon with pipeline.prepare_process = true in the "
                              "throughput rounds")
+    parser.add_argument("--baseline", type=Path,
+                        help="also time, in the same throughput rounds, the daemon of another "
+                             "checkout of streamnb (its own bench/bench_daemon.py --child), e.g. "
+                             "the code before a change: `git worktree add /tmp/base main`")
     parser.add_argument("--floor", action="store_true",
                         help="also print the CPU per record of the stages every daemon on these "
                              "parts must run, and the best ratio two cores allow")
@@ -647,15 +652,19 @@ def main() -> int:
         produce(args.bootstrap, topic, ((k, v) for k, v, _ in values))
         print(f"  {name}: {len(values)} records in {topic}", file=sys.stderr, flush=True)
         topics[name] = (topic, len(values))
-        bare, loop, prepared = [], [], []
+        bare, loop, prepared, baseline = [], [], [], []
         for round_ in range(args.rounds):
             bare.append(in_child("bare", args.bootstrap, topic, len(values)))
             loop.append(in_child("daemon", args.bootstrap, topic, len(values)))
             if args.prepare_process:
                 prepared.append(in_child("prepare", args.bootstrap, topic, len(values)))
+            if args.baseline:
+                baseline.append(in_child("daemon", args.bootstrap, topic, len(values),
+                                         repo=args.baseline))
             print(f"  {name} round {round_ + 1}: bare {bare[-1][0]:.2f} s, "
                   f"daemon {loop[-1][0]:.2f} s"
-                  + (f", with the prepare process {prepared[-1][0]:.2f} s" if prepared else ""),
+                  + (f", with the prepare process {prepared[-1][0]:.2f} s" if prepared else "")
+                  + (f", baseline daemon {baseline[-1][0]:.2f} s" if baseline else ""),
                   file=sys.stderr, flush=True)
         b, d = statistics.median(w for w, _ in bare), statistics.median(w for w, _ in loop)
         n = len(values)
@@ -663,6 +672,10 @@ def main() -> int:
               f"bare consumer {n / b:,.0f} msg/s, daemon {n / d:,.0f} msg/s, "
               f"ratio {b / d:.3f}  [daemon rounds: "
               + ", ".join(f"{n / t:,.0f}" for t, _ in loop) + "]")
+        if baseline:
+            o = statistics.median(w for w, _ in baseline)
+            print(f"  baseline daemon ({args.baseline}): {n / o:,.0f} msg/s, ratio {b / o:.3f}"
+                  "  [rounds: " + ", ".join(f"{n / t:,.0f}" for t, _ in baseline) + "]")
         if prepared:
             p = statistics.median(w for w, _ in prepared)
             print(f"  with pipeline.prepare_process = true: daemon {n / p:,.0f} msg/s, "
