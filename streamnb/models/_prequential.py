@@ -14,8 +14,9 @@ Messages of any length take it: those the loop scores on the short path (at most
 scores on the array path (``_score_rows``, ``_weigh``, ``_joint_scores``). Where the two paths'
 expressions differ (the idf term, the min_spread filter) each message gets its own path's.
 
-Counts are integers below 2**46, so every sum above is exact in any order: the counts, and the
-state, are bit for bit those of the loop. The scores agree to rounding (the order of the
+The stored counts are integers below 2**45 and a batch adds less than 2**45 to them (else it
+takes the loop), so every sum above is exact in any order: the counts, and the state, are bit
+for bit those of the loop. The scores agree to rounding (the order of the
 weighted sums; numpy's log against libm's on the short path), except at one discontinuity: the
 ``min_spread`` filter. A token whose spread falls within rounding of the threshold has it
 recomputed with the expression of its message's path, so the same tokens are kept.
@@ -77,8 +78,10 @@ def prequential_many(model: MultinomialNB, xs: list, ys: list) -> list[dict[str,
 
 def vectorisable(x, y) -> bool:
     """Whether the vectorised step takes the example: a dict of ``str`` tokens with ``int``
-    counts in [1, 2**46), of any length, and a ``str`` label or none. The others (float or
-    zero counts, other token types, bad inputs) go to the loop."""
+    counts in [1, 2**46), of any length, and a ``str`` label or none. The others (float, bool
+    or zero counts, other token types, bad inputs) go to the loop. (The check of a whole batch,
+    :meth:`_Batch.read`, takes the types of the tokens the model knows for granted: they equal
+    its ``str`` keys.)"""
     return (isinstance(x, dict) and (y is None or isinstance(y, str))
             and all(type(value) is int and 0 < value < _EXACT_COUNT for value in x.values())
             and all(type(key) is str for key in x))

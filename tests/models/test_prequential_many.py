@@ -343,3 +343,30 @@ def test_spamassassin_in_polls_of_500_is_the_loop(spamassassin, monkeypatch, opt
     assert batched.to_state() == looped.to_state()
     assert [max(p, key=p.get) if p else None for p in got] == [
         max(p, key=p.get) if p else None for p in expected]
+
+
+@pytest.mark.parametrize("corpus", ["spamassassin", "chinese-spam", "20newsgroups", "webkb",
+                                    "sms-spam-collection"])
+def test_every_shared_text_corpus_as_the_daemon_featurizes_it_is_the_loop(
+        data_dir, monkeypatch, corpus):
+    """Each shared text corpus (a seeded sample of 1,200, 20% unlabelled), featurized as the
+    daemon does, in polls of 400: the vectorised step alone gives the loop's state bit for bit
+    and its probabilities to 1e-12, with the tuned mail options and the textbook ones."""
+    from streamnb.evaluation.corpora import read_corpus
+    from streamnb.pipeline import build_pipeline
+
+    messages = read_corpus(data_dir / corpus, shuffle=7, limit=1200).messages
+    pipeline = build_pipeline({"kind": "multinomial"}, {})
+    xs = [pipeline.prepare(m).x for m in messages]
+    rng = random.Random(2)
+    ys = [m.label if rng.random() < 0.8 else None for m in messages]
+    for opts in (MAIL_OPTIONS, TEXTBOOK):
+        looped, batched = make_model("multinomial", **opts), make_model("multinomial", **opts)
+        expected = loop(looped, xs, ys)
+        got = []
+        with monkeypatch.context() as patch:
+            no_loop(batched, patch)
+            for start in range(0, len(xs), 400):
+                got += batched.prequential_many(xs[start:start + 400], ys[start:start + 400])
+        assert_same_probas(expected, got, tolerance=1e-12)
+        assert batched.to_state() == looped.to_state()
