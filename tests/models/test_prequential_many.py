@@ -370,3 +370,62 @@ def test_every_shared_text_corpus_as_the_daemon_featurizes_it_is_the_loop(
                 got += batched.prequential_many(xs[start:start + 400], ys[start:start + 400])
         assert_same_probas(expected, got, tolerance=1e-12)
         assert batched.to_state() == looped.to_state()
+
+
+def _array_path_spreads(model, x: dict) -> dict[str, float]:
+    """Per in-vocabulary token of ``x``: its spread as the array path computes it
+    (``_token_scores`` over the active classes, max - min)."""
+    keys, values = model._encode(x)
+    rows, _, known = model._rows_in_vocabulary(keys, values)
+    terms = model._token_scores(rows, model._active_columns())
+    kept = keys if known is None else [k for k, ok in zip(keys, known.tolist(), strict=True)
+                                       if ok]
+    return dict(zip(kept, (terms.max(axis=1) - terms.min(axis=1)).tolist(), strict=True))
+
+
+def _short_path_spreads(model, x: dict) -> dict[str, float]:
+    """The same as the short path computes it (libm logs, two classes)."""
+    alpha, columns = model.alpha, model._active_columns().tolist()
+    smoothing = alpha * model._vocab
+    ld0, ld1 = (math.log(model._totals[c] + smoothing) for c in columns)
+    spreads = {}
+    for key in x:
+        row = model._index.get(key)
+        if row is not None and model._nnz[row]:
+            lc0, lc1 = (math.log(model._counts[row, c] + alpha) for c in columns)
+            spreads[key] = abs((lc0 - ld0) - (lc1 - ld1))
+    return spreads
+
+
+# A count whose log numpy and libm round differently on this machine (found by search), and
+# the direction the spreads then differ in: the loop's path on the wrong side of the threshold.
+@pytest.mark.parametrize("count, length, spreads_of", [
+    (18212, 2 * SHORT_MESSAGE_TOKENS, _array_path_spreads),
+    (21527, 2, _short_path_spreads),
+], ids=["long: the array path's spread", "short: the short path's spread"])
+def test_a_spread_exactly_at_min_spread_keeps_the_token_as_the_loop_does(
+        monkeypatch, count, length, spreads_of):
+    """min_spread set to a token's very spread, as the loop's path for that message computes
+    it: the loop keeps the token (spread >= min_spread), and so must the vectorised step, even
+    where the other path's logs put the spread an ulp below the threshold."""
+    history = [({"t": count, "a": 1, "b": 2}, "ham", False), ({"t": 1, "c": 1, "d": 3}, "spam",
+                                                               False)]
+    options = {"alpha": 0.2, "repeated_words": "mixed", "idf": False, "length_norm": True}
+    reference = make_model("multinomial", min_spread=0.0, **options)
+    replay(reference, history)
+    probe = {"t": 1, **{f"filler{i}": 1 for i in range(length - 1)}}
+    loop_spread = spreads_of(reference, probe)["t"]
+    other_spread = (_short_path_spreads if spreads_of is _array_path_spreads
+                    else _array_path_spreads)(reference, probe)["t"]
+    if not other_spread < loop_spread:
+        pytest.skip("numpy's and libm's logs round this count alike here")
+    looped = make_model("multinomial", min_spread=loop_spread, **options)
+    batched = make_model("multinomial", min_spread=loop_spread, **options)
+    replay(looped, history)
+    replay(batched, history)
+    xs, ys = [probe, {"t": 2, "e": 1}], [None, "spam"]
+    expected = loop(looped, xs, ys)
+    assert expected[0]["ham"] > 0.75  # "t" was kept: without it the classes tie
+    with monkeypatch.context() as patch:
+        no_loop(batched, patch)
+        assert_same_probas(expected, batched.prequential_many(xs, ys), tolerance=1e-12)
