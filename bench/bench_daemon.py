@@ -9,14 +9,16 @@
    measured alternately in the same run, each round in a fresh process, timed from the first
    batch to the last record (the daemon's final checkpoint included); medians and the ratio
    are printed.
-2. Latency at a steady 1,000 msg/s: SMS records are produced at that rate to a running daemon
-   (a ``python -m streamnb run`` subprocess); latency = prediction record timestamp - input
+2. Latency at a steady 1,000 msg/s: the SMS and the SpamAssassin records
+   (``--latency-streams``) are produced at that rate to a running daemon (a
+   ``python -m streamnb run`` subprocess); latency = prediction record timestamp - input
    record timestamp (both CreateTime, same host clock), p50 and p99 over unlabelled messages.
 3. Memory: peak RSS (``VmHWM``) of a daemon subprocess after it has consumed the whole
    SpamAssassin stream, and the size of its checkpoint.
 4. ``--model-step``: CPU time of the model's prequential step (predict, then learn the
-   labelled) per SMS, short-message path against the numpy path and the batch step
-   (``prequential_many`` over polls of 500), alternating, in-process.
+   labelled) per record of SMS and of SpamAssassin mail, featurized as the daemon does: one
+   message at a time against the numpy path and the batch step (``prequential_many`` over
+   polls of 500), alternating, in-process; MultinomialNB with the tuned mail options.
    ``--fake-loop``: CPU and wall time per SMS record of the daemon loop over the test suite's
    in-memory Kafka: record by record, runs scored with the batch step, and runs with decoding
    and featurizing in the prepare process (its CPU reported apart). Both need no broker:
@@ -24,14 +26,16 @@
 5. ``--breakdown``: where the daemon loop's time goes on the SMS stream, per stage, in
    microseconds per record (wall time of each call, in-process, one round).
 6. ``--prepare-process``: a third contender in the throughput rounds, the daemon with
-   ``pipeline.prepare_process = true`` (decoding and featurizing in a child process).
+   ``pipeline.prepare_process = true`` (decoding and featurizing in a child process);
+   ``--baseline DIR`` another, the daemon of another checkout (the code before a change, say).
 7. ``--floor``: the CPU per record of each stage any daemon built on these parts must run
    (the bare consumer's own, decode and featurize, the model step, the feedback store,
    kafka-python's producer for the predictions), each timed on its own, and the best ratio
    two cores could give with that work spread perfectly over them.
 
 Streams: 80% of messages labelled, 20% unlabelled (so predictions are produced), in corpus
-order; SMS as ``text``, SpamAssassin as ``raw_b64`` (the original bytes).
+order; SMS as ``text``, SpamAssassin as ``raw_b64`` (the original bytes). The daemon runs
+MultinomialNB with the tuned mail options (``MAIL_OPTIONS``, named in full in its config).
 """
 
 from __future__ import annotations
@@ -62,7 +66,9 @@ from streamnb.daemon import build_daemon  # noqa: E402
 from streamnb.daemon.checkpoint import read_checkpoint  # noqa: E402
 from streamnb.daemon.kafka_io import create_topics, produce, read_all  # noqa: E402
 from streamnb.metrics import Metrics  # noqa: E402
-from streamnb.models import MultinomialNB  # noqa: E402
+from streamnb.models import TEXTBOOK_OPTIONS, MultinomialNB  # noqa: E402
+from streamnb.models._text import SHORT_MESSAGE_TOKENS  # noqa: E402
+from streamnb.models.presets import MAIL  # noqa: E402
 
 DATA = Path(os.environ.get("STREAMNB_DATA", REPO.parent / "shared" / "data"))
 
@@ -106,8 +112,23 @@ STREAMS = {"sms": sms_values, "spamassassin": spamassassin_values}
 
 
 # ---------------------------------------------------------------------- throughput
+#: The tuned options for mail: the "mail" preset on top of the textbook options in full, so
+#: that every figure keeps meaning the same model whatever the constructor's defaults are.
+MAIL_OPTIONS = {**TEXTBOOK_OPTIONS, **MAIL}
+
+
+def _toml_value(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else orjson.dumps(value).decode()
+
+
 def settings_text(bootstrap: str, topic: str, workdir: Path, group: str) -> str:
+    options = "\n".join(f"{key} = {_toml_value(value)}" for key, value in MAIL_OPTIONS.items())
     return f"""
+[model]
+kind = "multinomial"
+labels = ["ham", "spam"]
+[model.options]
+{options}
 [kafka]
 bootstrap_servers = "{bootstrap}"
 input_topics = ["{topic}"]
@@ -363,7 +384,7 @@ class Subprocess:
         return self.proc.wait(timeout=30)
 
 
-def latency(bootstrap: str, rate: float, values) -> None:
+def latency(bootstrap: str, rate: float, values, name: str) -> None:
     topic = f"bench-lat-{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, {topic: 1, f"{topic}-out": 1, f"{topic}-dlq": 1})
     workdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-"))
@@ -387,7 +408,8 @@ def latency(bootstrap: str, rate: float, values) -> None:
         def pct(xs, q):
             return xs[min(len(xs) - 1, int(len(xs) * q))]
 
-        print(f"latency produce->prediction at {sent_rate:.0f} msg/s (target {rate:.0f}), "
+        print(f"latency {name}, produce->prediction at {sent_rate:.0f} msg/s "
+              f"(target {rate:.0f}), "
               f"{len(lat)} predictions: p50 {pct(lat, 0.5)} ms, p99 {pct(lat, 0.99)} ms, "
               f"max {lat[-1]} ms; processing alone (latency_seconds): "
               f"p50 {pct(own, 0.5):.2f} ms, p99 {pct(own, 0.99):.2f} ms")
@@ -414,8 +436,8 @@ def memory(bootstrap: str, topic: str, n: int) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300
-             ) -> tuple[float, float]:
+def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300,
+             repo: Path = REPO) -> tuple[float, float]:
     """Run one measurement in a fresh process (isolated memory, and a kafka-python stall
     cannot hang the benchmark); retried once if it stalls. Returns (wall, CPU) seconds; the
     CPU is the measured process's own (the daemon's producer child is not in it).
@@ -427,8 +449,8 @@ def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300
         try:
             out = subprocess.run(
                 [sys.executable, "-m", *module, topic, str(n), "--bootstrap", bootstrap],
-                cwd=REPO, capture_output=True, text=True, timeout=timeout, check=True,
-                env={**os.environ, "PYTHONPATH": str(REPO)},
+                cwd=repo, capture_output=True, text=True, timeout=timeout, check=True,
+                env={**os.environ, "PYTHONPATH": str(repo)},
             ).stdout
             wall, cpu = out.strip().splitlines()[-1].split()
             return float(wall), float(cpu)
@@ -441,49 +463,69 @@ def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300
 POLL_RECORDS = 500
 
 
-def model_step(rounds: int) -> None:
-    """CPU µs per SMS of predict + learn: the short-message path, the numpy path, and the
-    batch step (``prequential_many`` over polls of 500), alternating, in-process."""
+def _featurized_stream(name: str) -> list[tuple[dict, str | None]]:
+    """(token counts, label or None) of each record of stream ``name``, featurized as the
+    daemon does (the featurizer's default options)."""
     from streamnb.features import Featurizer, FeaturizerOptions
-    from streamnb.models import make_model
-    from streamnb.models.presets import resolve
-
-    # the daemon's model for each kind: its default preset
-    default_options = {kind: resolve({"kind": kind})[1] for kind in ("multinomial", "bernoulli")}
 
     featurizer = Featurizer(FeaturizerOptions())
-    stream = [(featurizer.from_text(orjson.loads(v)["text"]).tokens,
-               label if b'"label"' in v else None) for _, v, label in sms_values()]
-    chunks = [stream[i:i + POLL_RECORDS] for i in range(0, len(stream), POLL_RECORDS)]
-    polls = [([x for x, _ in chunk], [y for _, y in chunk]) for chunk in chunks]
+    stream = []
+    for _, value, label in STREAMS[name]():
+        record = orjson.loads(value)
+        if "raw_b64" in record:
+            features = featurizer.from_raw(base64.b64decode(record["raw_b64"]))
+        else:
+            features = featurizer.from_text(record["text"])
+        stream.append((features.tokens, label if "label" in record else None))
+    return stream
 
-    def one_by_one(model) -> None:
+
+def model_step(rounds: int, streams: tuple[str, ...] = ("sms", "spamassassin")) -> None:
+    """CPU µs per record of the model's prequential step (predict, then learn the labelled),
+    in-process, alternating, on each stream: one message at a time (``predict_proba_one``
+    then ``learn_one``: the short-message path for SMS, the numpy path for long messages),
+    the numpy path forced for every message, and the batch step (``prequential_many`` over
+    polls of 500). MultinomialNB with the tuned mail options (``MAIL_OPTIONS``, named in
+    full), BernoulliNB with its defaults."""
+    from streamnb.models import make_model
+
+    def one_by_one(model, stream, polls) -> None:
         for x, y in stream:
             model.predict_proba_one(x)
             if y is not None:
                 model.learn_one(x, y)
 
-    def batched(model) -> None:
+    def batched(model, stream, polls) -> None:
         for xs, ys in polls:
             model.prequential_many(xs, ys)
 
-    contenders = (("short", None, one_by_one), ("numpy", 0, one_by_one),
+    contenders = (("one at a time", None, one_by_one), ("numpy path", 0, one_by_one),
                   ("batched", None, batched))
-    for kind in ("multinomial", "bernoulli"):
-        times: dict[str, list[float]] = {name: [] for name, _, _ in contenders}
-        for _ in range(rounds):
-            for name, limit, step in contenders:
-                model = make_model(kind, **default_options[kind])
-                if limit is not None:
-                    model._short_limit = limit
-                started = time.process_time()
-                step(model)
-                times[name].append((time.process_time() - started) / len(stream) * 1e6)
-        short, numpy_, batch = (statistics.median(times[name]) for name, _, _ in contenders)
-        print(f"model step {kind} (default options), SMS, CPU per message, median of {rounds}: "
-              f"short path {short:.1f} us, numpy path {numpy_:.1f} us "
-              f"(short path {numpy_ / short:.2f}x as fast), batched ({POLL_RECORDS} per call) "
-              f"{batch:.1f} us (short path time / batched: {short / batch:.2f}x)")
+    for name in streams:
+        stream = _featurized_stream(name)
+        chunks = [stream[i:i + POLL_RECORDS] for i in range(0, len(stream), POLL_RECORDS)]
+        polls = [([x for x, _ in chunk], [y for _, y in chunk]) for chunk in chunks]
+        long = sum(len(x) > SHORT_MESSAGE_TOKENS for x, _ in stream)
+        for kind, options, named in (("multinomial", MAIL_OPTIONS, "tuned mail options"),
+                                     ("bernoulli", {}, "default options")):
+            times: dict[str, list[float]] = {label: [] for label, _, _ in contenders}
+            for _ in range(rounds):
+                for label, limit, step in contenders:
+                    model = make_model(kind, **options)
+                    if limit is not None:
+                        model._short_limit = limit
+                    started = time.process_time()
+                    step(model, stream, polls)
+                    times[label].append((time.process_time() - started) / len(stream) * 1e6)
+            single, numpy_, batch = (statistics.median(times[label])
+                                     for label, _, _ in contenders)
+            print(f"model step {kind} ({named}), {name} ({len(stream)} records, {long} longer "
+                  f"than the short path's limit), CPU per record, median of {rounds}: "
+                  f"one at a time {single:.1f} us, numpy path {numpy_:.1f} us, batched "
+                  f"({POLL_RECORDS} per call) {batch:.1f} us (one at a time / batched: "
+                  f"{single / batch:.2f}x)  [batched rounds: "
+                  + ", ".join(f"{t:.1f}" for t in times["batched"]) + "; one at a time: "
+                  + ", ".join(f"{t:.1f}" for t in times["one at a time"]) + "]")
 
 
 def _process_cpu(pid: int) -> float:
@@ -563,10 +605,12 @@ def main() -> int:
     parser.add_argument("--streams", default="sms,spamassassin")
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--latency-streams", default="sms,spamassassin",
+                        help="the streams produced at --rate for the latency measurement")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--model-step", action="store_true",
-                        help="also time the model's step per SMS: short path, numpy path, "
-                        "batch step")
+                        help="also time the model's step per SMS and per mail: one at a "
+                        "time, numpy path, batch step")
     parser.add_argument("--fake-loop", action="store_true",
                         help="also time the daemon loop per SMS record over an in-memory "
                         "Kafka: record by record, runs with the batch step, and runs with the "
@@ -576,6 +620,10 @@ def main() -> int:
     parser.add_argument("--prepare-process", action="store_true",
                         help="also time the daemon with pipeline.prepare_process = true in the "
                              "throughput rounds")
+    parser.add_argument("--baseline", type=Path,
+                        help="also time, in the same throughput rounds, the daemon of another "
+                             "checkout of streamnb (its own bench/bench_daemon.py --child), e.g. "
+                             "the code before a change: `git worktree add /tmp/base main`")
     parser.add_argument("--floor", action="store_true",
                         help="also print the CPU per record of the stages every daemon on these "
                              "parts must run, and the best ratio two cores allow")
@@ -602,15 +650,19 @@ def main() -> int:
         produce(args.bootstrap, topic, ((k, v) for k, v, _ in values))
         print(f"  {name}: {len(values)} records in {topic}", file=sys.stderr, flush=True)
         topics[name] = (topic, len(values))
-        bare, loop, prepared = [], [], []
+        bare, loop, prepared, baseline = [], [], [], []
         for round_ in range(args.rounds):
             bare.append(in_child("bare", args.bootstrap, topic, len(values)))
             loop.append(in_child("daemon", args.bootstrap, topic, len(values)))
             if args.prepare_process:
                 prepared.append(in_child("prepare", args.bootstrap, topic, len(values)))
+            if args.baseline:
+                baseline.append(in_child("daemon", args.bootstrap, topic, len(values),
+                                         repo=args.baseline))
             print(f"  {name} round {round_ + 1}: bare {bare[-1][0]:.2f} s, "
                   f"daemon {loop[-1][0]:.2f} s"
-                  + (f", with the prepare process {prepared[-1][0]:.2f} s" if prepared else ""),
+                  + (f", with the prepare process {prepared[-1][0]:.2f} s" if prepared else "")
+                  + (f", baseline daemon {baseline[-1][0]:.2f} s" if baseline else ""),
                   file=sys.stderr, flush=True)
         b, d = statistics.median(w for w, _ in bare), statistics.median(w for w, _ in loop)
         n = len(values)
@@ -618,6 +670,10 @@ def main() -> int:
               f"bare consumer {n / b:,.0f} msg/s, daemon {n / d:,.0f} msg/s, "
               f"ratio {b / d:.3f}  [daemon rounds: "
               + ", ".join(f"{n / t:,.0f}" for t, _ in loop) + "]")
+        if baseline:
+            o = statistics.median(w for w, _ in baseline)
+            print(f"  baseline daemon ({args.baseline}): {n / o:,.0f} msg/s, ratio {b / o:.3f}"
+                  "  [rounds: " + ", ".join(f"{n / t:,.0f}" for t, _ in baseline) + "]")
         if prepared:
             p = statistics.median(w for w, _ in prepared)
             print(f"  with pipeline.prepare_process = true: daemon {n / p:,.0f} msg/s, "
@@ -633,7 +689,8 @@ def main() -> int:
     if args.fake_loop:
         fake_loop(max(args.rounds, 3))
     if not args.skip_latency:
-        latency(args.bootstrap, args.rate, sms_values())
+        for name in filter(None, args.latency_streams.split(",")):
+            latency(args.bootstrap, args.rate, STREAMS[name](), name)
     if not args.skip_memory and "spamassassin" in topics:
         memory(args.bootstrap, *topics["spamassassin"])
     return 0

@@ -6,21 +6,27 @@ count of token k in class c *before* message i is the stored count plus the sum 
 increments of the earlier labelled messages that hold k (an exclusive cumulative sum over k's
 occurrences in message order); the per-class message counts and totals and the vocabulary size
 before message i are exclusive cumulative sums over the messages. From those the scores are the
-arithmetic of ``MultinomialNB._short_scores``, vectorised over all occurrences, segment-summed
-per message. The learning is then applied to the counts in one scatter.
+arithmetic of the loop, vectorised over all occurrences, segment-summed per message. The
+learning is then applied to the counts in one scatter.
 
-Counts are integers below 2**46, so every sum above is exact in any order: the counts, and the
-state, are bit for bit those of the loop. The scores agree to rounding (numpy's log and sums
-against libm and ``math.fsum``), except at one discontinuity: the ``min_spread`` filter. A
-token whose spread falls within rounding of the threshold has it recomputed with the short
-path's own expression, so the same tokens are kept.
+Messages of any length take it: those the loop scores on the short path (at most
+``_short_limit`` distinct tokens, ``MultinomialNB._short_scores``) and the longer ones it
+scores on the array path (``_score_rows``, ``_weigh``, ``_joint_scores``). Where the two paths'
+expressions differ (the idf term, the min_spread filter) each message gets its own path's.
+
+The stored counts are integers below 2**45 and a batch adds less than 2**45 to them (else it
+takes the loop), so every sum above is exact in any order: the counts, and the state, are bit
+for bit those of the loop. The scores agree to rounding (the order of the
+weighted sums; numpy's log against libm's on the short path), except at one discontinuity: the
+``min_spread`` filter. A token whose spread falls within rounding of the threshold has it
+recomputed with the expression of its message's path, so the same tokens are kept.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from itertools import chain, repeat
+from itertools import chain, compress, groupby, repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,7 +39,8 @@ if TYPE_CHECKING:
 #: Spreads this close to ``min_spread`` are recomputed exactly (numpy and libm logs differ by
 #: an ulp or so; terms are below 100 in magnitude, so their error is below 1e-13).
 SPREAD_BAND = 1e-9
-#: Counts and message counts stay below this after any batch, so sums of them remain exact.
+#: The stored counts and message counts, and what one batch adds to them, stay below this:
+#: every sum of them is then exact.
 _EXACT_LIMIT = _EXACT_COUNT / 2
 
 
@@ -46,28 +53,97 @@ def takes(model: MultinomialNB) -> bool:
                 or model._tracks_updates())
 
 
-def short_examples(model: MultinomialNB, xs: list, ys: list) -> list[bool]:
-    """Per example, whether the short path takes it (``_short_counts``, str or no label):
-    the vectorised step does those; the others, long or odd or bad inputs, go to the loop."""
-    limit = model._short_limit
-    short = [isinstance(x, dict) and len(x) <= limit and (y is None or isinstance(y, str))
-             for x, y in zip(xs, ys, strict=True)]
-    # Usually every count is an int in range and every token a str: one pass over all of them
-    # says so; otherwise each message is checked on its own.
-    candidates = [x for x, ok in zip(xs, short, strict=True) if ok]
-    values = list(chain.from_iterable(x.values() for x in candidates))
-    if (set(map(type, values)) <= {int} and set(map(type, chain.from_iterable(candidates))) <= {str}
-            and (not values or (min(values) > 0 and max(values) < _EXACT_COUNT))):
-        return short
-    short_counts = model._short_counts
-    return [ok and short_counts(x, learning=True) is not None
-            for x, ok in zip(xs, short, strict=True)]
+def prequential_many(model: MultinomialNB, xs: list, ys: list) -> list[dict[str, float]]:
+    """``Model.prequential_many`` for a model :func:`takes`: the runs of examples
+    :func:`vectorisable` accepts take the vectorised step, each other example the loop."""
+    batch = _Batch.read(model, xs, ys)
+    if batch is not None:  # usually the whole batch at once
+        return _step(model, batch, xs, ys)
+    vectorised = [vectorisable(x, y) for x, y in zip(xs, ys, strict=True)]
+    others = [i for i, ok in enumerate(vectorised) if not ok]
+    # before anything is learned (the vectorisable ones are valid inputs)
+    model._check_examples([xs[i] for i in others], [ys[i] for i in others])
+    probas: list[dict[str, float]] = []
+    start = 0
+    for in_step, run in groupby(vectorised):
+        stop = start + len(list(run))
+        run_xs, run_ys = xs[start:stop], ys[start:stop]
+        if in_step:
+            probas += _step(model, _Batch(model, run_xs, _values(run_xs)), run_xs, run_ys)
+        else:
+            probas += model._prequential_loop(run_xs, run_ys)
+        start = stop
+    return probas
 
 
-def _state_is_exact(model: MultinomialNB, rows: np.ndarray) -> bool:
+def vectorisable(x, y) -> bool:
+    """Whether the vectorised step takes the example: a dict of ``str`` tokens with ``int``
+    counts in [1, 2**46), of any length, and a ``str`` label or none. The others (float, bool
+    or zero counts, other token types, bad inputs) go to the loop. (The check of a whole batch,
+    :meth:`_Batch.read`, takes the types of the tokens the model knows for granted: they equal
+    its ``str`` keys.)"""
+    return (isinstance(x, dict) and (y is None or isinstance(y, str))
+            and all(type(value) is int and 0 < value < _EXACT_COUNT for value in x.values())
+            and all(type(key) is str for key in x))
+
+
+def _values(xs: list[dict]) -> np.ndarray:
+    """The counts of every message, concatenated in message order."""
+    n = sum(map(len, xs))
+    return np.fromiter(chain.from_iterable(map(dict.values, xs)), dtype=np.float64, count=n)
+
+
+class _Batch:
+    """The batch's token occurrences, one per (message, token) in message order: their tokens,
+    counts and rows (-1: a token the model has not indexed), and which are not indexed."""
+
+    def __init__(self, model: MultinomialNB, xs: list[dict], values: np.ndarray):
+        self.lengths = np.fromiter(map(len, xs), dtype=np.intp, count=len(xs))
+        self.values = values
+        self.keys = list(chain.from_iterable(xs))
+        self.rows = np.fromiter(map(model._index.get, self.keys, repeat(-1)), dtype=np.intp,
+                                count=values.size)
+        self.unknown = np.flatnonzero(self.rows < 0)
+        self.unknown_keys = _pick(self.keys, self.unknown)
+
+    @classmethod
+    def read(cls, model: MultinomialNB, xs: list, ys: list) -> _Batch | None:
+        """The batch, if :func:`vectorisable` accepts every example (checked over the whole
+        batch at once); None otherwise. A token the model knows equals a ``str`` (the model
+        holds no other): only the others' types are checked."""
+        if not all(isinstance(x, dict) for x in xs) or not all(
+                y is None or isinstance(y, str) for y in ys):
+            return None
+        values = list(chain.from_iterable(map(dict.values, xs)))
+        if not set(map(type, values)) <= {int}:
+            return None
+        try:
+            array = np.fromiter(values, dtype=np.float64, count=len(values))
+        except OverflowError:
+            return None
+        # Rounding to float64 is monotonic and 2**46 is a float: the range check is exact.
+        if array.size and not (array.min() > 0 and array.max() < _EXACT_COUNT):
+            return None
+        batch = cls(model, xs, array)
+        if not set(map(type, batch.unknown_keys)) <= {str}:
+            return None
+        return batch
+
+
+def _pick(items: list, positions: np.ndarray) -> list:
+    """``[items[i] for i in positions]``."""
+    if positions.size < 2:
+        return [items[i] for i in positions.tolist()]
+    return list(itemgetter(*positions.tolist())(items))
+
+
+def _state_is_exact(model: MultinomialNB, rows: np.ndarray, added: float) -> bool:
     """Whether the message counts, the totals and the stored counts of ``rows`` are integers
-    below the limit, so the batch's sums of them are exact in any order."""
+    below the limit, and the batch adds less than it (``added``), so the batch's sums of them
+    are exact in any order."""
     n_docs, totals = model._n_docs, model._totals
+    if added >= _EXACT_LIMIT:
+        return False
     if n_docs.size and not (
         np.array_equal(n_docs, np.rint(n_docs)) and np.array_equal(totals, np.rint(totals))
         and n_docs.max() < _EXACT_LIMIT and totals.max() < _EXACT_LIMIT
@@ -81,36 +157,30 @@ def _state_is_exact(model: MultinomialNB, rows: np.ndarray) -> bool:
     return bool(np.array_equal(counts, np.rint(counts)) and counts.max() < _EXACT_LIMIT)
 
 
-class _Occurrences:
-    """The batch's tokens flattened: one entry per (message, token), in message order."""
-
-    def __init__(self, model: MultinomialNB, xs: list[Mapping[str, int]]):
-        lengths = np.fromiter(map(len, xs), dtype=np.intp, count=len(xs))
-        self.keys = list(chain.from_iterable(xs))
-        n = len(self.keys)
-        self.values = np.fromiter(chain.from_iterable(x.values() for x in xs),
-                                  dtype=np.float64, count=n)
-        self.message = np.repeat(np.arange(len(xs)), lengths)
-        self.rows = np.fromiter(map(model._index.get, self.keys, repeat(-1)), dtype=np.intp,
-                                count=n)
-
-
-def _index_batch(model: MultinomialNB, occurrences: _Occurrences, ys: list) -> np.ndarray:
+def _columns_and_rows(model: MultinomialNB, batch: _Batch, ys: list,
+                      message: np.ndarray) -> np.ndarray:
     """Create the class columns and token rows the batch's labelled messages will need (zero
-    counts, in the order the loop would create them); return each message's column (-1:
-    unlabelled) and fill in the rows of the occurrences (-1: a token never learned)."""
-    column = np.array([-1 if y is None else model._column_of(y) for y in ys], dtype=np.intp)
-    missing = np.flatnonzero((occurrences.rows < 0) & (column[occurrences.message] >= 0))
-    if missing.size:
-        keys = occurrences.keys
-        new_keys = list(dict.fromkeys(keys[i] for i in missing.tolist()))
-        model._key_bytes += sum(map(len, new_keys))
-        model._add_rows(new_keys)
-        n_columns = len(model._labels)
-        model._row_counts.extend([0.0] * n_columns for _ in new_keys)
-        unknown = np.flatnonzero(occurrences.rows < 0)
-        index_get = model._index.get
-        occurrences.rows[unknown] = [index_get(keys[i], -1) for i in unknown.tolist()]
+    counts, in the order the loop would create them: by first labelled occurrence); return
+    each message's column (-1: unlabelled) and fill in the rows of ``batch``."""
+    known_column = model._column.get
+    column = np.array([-1 if y is None else known_column(y, -1) for y in ys], dtype=np.intp)
+    for i in np.flatnonzero(column < 0).tolist():  # a class first seen in this batch
+        if ys[i] is not None:
+            column[i] = model._column_of(ys[i])
+    unknown = batch.unknown
+    if unknown.size:
+        learned = (column[message[unknown]] >= 0).tolist()
+        new_keys = list(dict.fromkeys(compress(batch.unknown_keys, learned)))
+        if new_keys:
+            start = len(model._keys)
+            model._key_bytes += sum(map(len, new_keys))
+            model._add_rows(new_keys)
+            # learned below, hence stale: their row lists are made when the short path reads
+            # them
+            model._row_counts.extend([None] * len(new_keys))
+            new_rows = dict(zip(new_keys, range(start, start + len(new_keys)), strict=True))
+            batch.rows[unknown] = np.fromiter(map(new_rows.get, batch.unknown_keys, repeat(-1)),
+                                              dtype=np.intp, count=unknown.size)
     return column
 
 
@@ -119,62 +189,73 @@ def _exclusive_cumsum(values: np.ndarray) -> np.ndarray:
     return np.cumsum(values, axis=0) - values
 
 
-def prequential_many(model: MultinomialNB, xs: list, ys: list) -> list[dict[str, float]]:
-    """``Model.prequential_many`` for a model :func:`takes` and examples
-    :func:`short_examples` accepts (see the module doc)."""
-    occurrences = _Occurrences(model, xs)
-    if not _state_is_exact(model, occurrences.rows[occurrences.rows >= 0]):
+def _step(model: MultinomialNB, batch: _Batch, xs: list, ys: list) -> list[dict[str, float]]:
+    """The vectorised step over examples :func:`vectorisable` accepts (see the module doc)."""
+    train_values = batch.values if model.counts_occurrences else np.ones_like(batch.values)
+    if not _state_is_exact(model, batch.rows[batch.rows >= 0], float(train_values.sum())):
         return model._prequential_loop(xs, ys)
     n_messages = len(xs)
-    column = _index_batch(model, occurrences, ys)
+    message = np.repeat(np.arange(n_messages), batch.lengths)  # of each occurrence
+    column = _columns_and_rows(model, batch, ys, message)
     n_columns = len(model._labels)
     labelled = column >= 0
-    train_values = occurrences.values if model.counts_occurrences else np.ones_like(
-        occurrences.values)
 
     # Per message: messages, counted tokens and the vocabulary size before it.
     learned_docs = np.zeros((n_messages, n_columns))
     learned_docs[np.flatnonzero(labelled), column[labelled]] = 1.0
-    per_message = np.bincount(occurrences.message, weights=train_values, minlength=n_messages)
+    per_message = np.bincount(message, weights=train_values, minlength=n_messages)
     learned_totals = learned_docs * per_message[:, None]
     n_docs = model._n_docs + _exclusive_cumsum(learned_docs)
     totals = model._totals + _exclusive_cumsum(learned_totals)
 
-    # Per occurrence of a token learned before or during the batch, in (row, message) order.
-    keep = np.flatnonzero(occurrences.rows >= 0)
-    rows_unsorted = occurrences.rows[keep]
-    order = keep[np.argsort(rows_unsorted, kind="stable")]  # message order within a row
-    rows = occurrences.rows[order]
-    message = occurrences.message[order]
-    increments = np.zeros((rows.size, n_columns))
-    learned_here = np.flatnonzero(labelled[message])
-    increments[learned_here, column[message[learned_here]]] = train_values[order][learned_here]
-    new_row = np.r_[True, rows[1:] != rows[:-1]] if rows.size else np.zeros(0, dtype=bool)
-    starts = np.flatnonzero(new_row)
-    ends = np.append(starts[1:], rows.size)[: starts.size] - 1
-    group = np.cumsum(new_row) - 1  # each occurrence's row group
-    running = np.cumsum(increments, axis=0)
-    earlier = running - increments
-    group_sums = running[ends] - earlier[starts]  # what the batch adds to each row
-    earlier -= earlier[starts][group]  # restart the sum at each row
-    stored_nnz = model._nnz[rows]
-    counts = model._counts[rows] + earlier
+    # Per occurrence of a token learned before or during the batch, in (row, message) order;
+    # each row's occurrences form a group. Class-major arrays (classes x occurrences), so
+    # that each class is one contiguous run.
+    kept = np.flatnonzero(batch.rows >= 0)
+    # sorting unique keys: stable or not, the same order
+    order = kept[np.argsort(batch.rows[kept] * n_messages + message[kept])]
+    rows = batch.rows[order]
+    message = message[order]
+    n_kept = order.size
+    new_group = np.empty(n_kept, dtype=bool)
+    new_group[:1] = True
+    np.not_equal(rows[1:], rows[:-1], out=new_group[1:])
+    starts = np.flatnonzero(new_group)
+    ends = np.append(starts[1:], n_kept)[: starts.size] - 1
+    group = np.cumsum(new_group) - 1  # of each occurrence
+    group_rows = rows[starts]
+    stored = model._counts[group_rows].T  # classes x groups
+    occurrence_column = column[message]
+    learned_values = np.where(occurrence_column >= 0, train_values[order], 0.0)
+    counts = np.empty((n_columns, n_kept))  # N_kc before each occurrence's message
+    group_sums = np.empty((n_columns, starts.size))  # what the batch adds to each row
+    for c in range(n_columns):
+        increments = np.where(occurrence_column == c, learned_values, 0.0)
+        running = np.cumsum(increments)
+        before_group = running[starts] - increments[starts]
+        group_sums[c] = running[ends] - before_group
+        # the sum restarts at each group, from the stored count
+        np.subtract(running, increments, out=counts[c])
+        counts[c] += (stored[c] - before_group)[group]
 
     # A token enters V at its first learned occurrence, if it had no count before the batch.
-    entering = learned_here[stored_nnz[learned_here] == 0]
-    if entering.size:
-        entering = entering[np.r_[True, group[entering[1:]] != group[entering[:-1]]]]
+    learned_here = np.flatnonzero(occurrence_column >= 0)
+    firsts = learned_here[np.r_[True, group[learned_here[1:]] != group[learned_here[:-1]]]
+                          ] if learned_here.size else learned_here
+    entering = firsts[model._nnz[group_rows[group[firsts]]] == 0]
     entered = np.bincount(message[entering], minlength=n_messages)
     vocab = model._vocab + _exclusive_cumsum(entered)
 
-    probas = _probabilities(model, occurrences.values[order], rows.size, message, counts,
-                            n_docs, totals, vocab)
+    # The loop scores a message longer than the short path's limit on the array path.
+    on_array_path = batch.lengths > model._short_limit
+    probas = _probabilities(model, batch.values[order], on_array_path[message], message,
+                            counts, n_docs, totals, vocab)
 
     # Learn the whole batch: the counts in one scatter, then the bookkeeping beside them.
-    if rows.size:
-        changed = group_sums.any(axis=1)
-        changed_rows = rows[starts[changed]]
-        model._counts[changed_rows] += group_sums[changed]
+    if n_kept:
+        changed = group_sums.any(axis=0)
+        changed_rows = group_rows[changed]
+        model._counts[changed_rows] += group_sums[:, changed].T
         _after_bulk_learning(model, changed_rows)
     model._n_docs += learned_docs.sum(axis=0)
     model._totals += learned_totals.sum(axis=0)
@@ -201,12 +282,14 @@ def _after_bulk_learning(model: MultinomialNB, changed_rows: np.ndarray) -> None
             cache.pop(row, None)
 
 
-def _probabilities(model: MultinomialNB, values: np.ndarray, n_occurrences: int,
+def _probabilities(model: MultinomialNB, values: np.ndarray, on_array_path: np.ndarray,
                    message: np.ndarray, counts: np.ndarray, n_docs: np.ndarray,
                    totals: np.ndarray, vocab: np.ndarray) -> list[dict[str, float]]:
     """What ``predict_proba_one`` returns for each message, from the counts before it:
-    per occurrence ``counts`` (tokens x classes) and ``message``, per message ``n_docs``,
-    ``totals`` and ``vocab`` (the arithmetic of ``MultinomialNB._short_scores``)."""
+    per occurrence ``counts`` (classes x occurrences), ``message`` and whether the loop
+    scores that message on the array path (else the short path), per message ``n_docs``,
+    ``totals`` and ``vocab``."""
+    n_occurrences = message.size
     n_messages = n_docs.shape[0]
     active = n_docs > 0
     alpha = model.alpha
@@ -214,29 +297,46 @@ def _probabilities(model: MultinomialNB, values: np.ndarray, n_occurrences: int,
         log_prior = np.log(n_docs) - np.log(np.where(active, n_docs, 0.0).sum(axis=1))[:, None]
         log_denominators = np.log(totals + alpha * vocab[:, None])
     log_counts = np.log(counts + alpha)
-    df = counts.sum(axis=1)
+    df = counts.sum(axis=0)
     scored = df > 0  # in V before the message (no count is negative)
-    occurrence_active = active[message]
     if model.min_spread and n_occurrences:
-        terms = log_counts - log_denominators[message]
-        with np.errstate(invalid="ignore"):  # no active class: inf - inf, zeroed next
-            spread = (np.where(occurrence_active, terms, -np.inf).max(axis=1)
-                      - np.where(occurrence_active, terms, np.inf).min(axis=1))
-        spread[~occurrence_active.any(axis=1)] = 0.0
+        # max - min over the active classes of log(N_kc + α) - log(N_c + α|V|)
+        every_class_active = bool(active.all())
+        highest = np.full(n_occurrences, -np.inf)
+        lowest = np.full(n_occurrences, np.inf)
+        for c in range(counts.shape[0]):
+            terms = log_counts[c] - log_denominators[:, c][message]
+            if every_class_active:
+                np.maximum(highest, terms, out=highest)
+                np.minimum(lowest, terms, out=lowest)
+            else:
+                active_here = active[:, c][message]
+                np.maximum(highest, np.where(active_here, terms, -np.inf), out=highest)
+                np.minimum(lowest, np.where(active_here, terms, np.inf), out=lowest)
+        with np.errstate(invalid="ignore"):  # inf - inf: a token nothing holds, not scored
+            spread = highest - lowest
         near = np.flatnonzero(scored & (np.abs(spread - model.min_spread) < SPREAD_BAND))
         for i in near.tolist():
-            spread[i] = _exact_spread(model, counts[i], totals[message[i]],
-                                      int(vocab[message[i]]), active[message[i]])
+            exact_spread = _array_spread if on_array_path[i] else _short_spread
+            spread[i] = exact_spread(model, counts[:, i], totals[message[i]],
+                                     int(vocab[message[i]]), active[message[i]])
         scored &= spread >= model.min_spread
     kept = np.flatnonzero(scored)
     message = message[kept]
-    log_counts = log_counts[kept]
+    log_counts = log_counts[:, kept]
     weights = values[kept] if model.repeated_words == "count" else np.ones(kept.size)
     if model.tf == "log":
         weights = np.log1p(weights)
     if model.idf:
-        log_n = np.log(1.0 + np.where(active, n_docs, 0.0).sum(axis=1)) + 1.0
-        weights = weights * np.maximum(log_n[message] - np.log(1.0 + df[kept]), 0.0)
+        n_learned = np.where(active, n_docs, 0.0).sum(axis=1)
+        log_n = np.log(1.0 + n_learned) + 1.0
+        df = df[kept]
+        idf = log_n[message] - np.log(1.0 + df)  # the short path's log(1 + N) - log(1 + df)
+        array_path = np.flatnonzero(on_array_path[kept])
+        if array_path.size:  # the array path's log((1 + N) / (1 + df))
+            idf[array_path] = np.log((1.0 + n_learned[message[array_path]])
+                                     / (1.0 + df[array_path])) + 1.0
+        weights = weights * np.maximum(idf, 0.0)
     if model.length_norm:
         norm = np.sqrt(np.bincount(message, weights=weights * weights, minlength=n_messages))
         divisor = norm[message]
@@ -244,7 +344,7 @@ def _probabilities(model: MultinomialNB, values: np.ndarray, n_occurrences: int,
     weight = np.bincount(message, weights=weights, minlength=n_messages)
     sums = np.zeros(n_docs.shape)  # per message and class: Σ_k w_k log(N_kc + α)
     for c in range(n_docs.shape[1]):
-        sums[:, c] = np.bincount(message, weights=weights * log_counts[:, c],
+        sums[:, c] = np.bincount(message, weights=weights * log_counts[c],
                                  minlength=n_messages)
     has_terms = np.bincount(message, minlength=n_messages) > 0
     with np.errstate(divide="ignore", invalid="ignore"):  # messages without a class
@@ -258,7 +358,7 @@ def _probabilities(model: MultinomialNB, values: np.ndarray, n_occurrences: int,
     return _as_dicts(model, proba, active)
 
 
-def _exact_spread(model: MultinomialNB, counts: np.ndarray, totals: np.ndarray, vocab: int,
+def _short_spread(model: MultinomialNB, counts: np.ndarray, totals: np.ndarray, vocab: int,
                   active: np.ndarray) -> float:
     """A token's spread exactly as ``_short_scores`` computes it (libm logs, same order)."""
     log = math.log
@@ -272,6 +372,16 @@ def _exact_spread(model: MultinomialNB, counts: np.ndarray, totals: np.ndarray, 
         return abs((lc0 - ld0) - (lc1 - ld1))
     terms = [lc - ld for lc, ld in zip(log_counts, log_denominators, strict=True)]
     return max(terms) - min(terms)
+
+
+def _array_spread(model: MultinomialNB, counts: np.ndarray, totals: np.ndarray, vocab: int,
+                  active: np.ndarray) -> float:
+    """A token's spread exactly as the array path computes it (``_token_scores`` then
+    ``_select_top_k``: numpy logs of the active columns, max - min)."""
+    columns = np.flatnonzero(active)
+    terms = (np.log(counts[columns][None, :] + model.alpha)
+             - np.log(totals[columns] + model.alpha * vocab))
+    return float(terms.max(axis=1)[0] - terms.min(axis=1)[0])
 
 
 def _as_dicts(model: MultinomialNB, proba: np.ndarray, active: np.ndarray

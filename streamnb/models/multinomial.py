@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from itertools import groupby
 from operator import mul
 from typing import ClassVar
 
@@ -363,10 +362,10 @@ class MultinomialNB(TextModel):
 
     def prequential_many(self, xs: Iterable, ys: Iterable[str | None]
                          ) -> list[dict[str, float]]:
-        """:meth:`Model.prequential_many`, vectorised over the batch when the short-message
-        path would score every message (see :mod:`streamnb.models._prequential`): the same
-        state bit for bit, the same probabilities to rounding. Other options, states and
-        inputs take the loop.
+        """:meth:`Model.prequential_many`, vectorised over the runs of messages with ``str``
+        tokens and ``int`` counts, short or long (see :mod:`streamnb.models._prequential`):
+        the same state bit for bit, the same probabilities to rounding. Other options, states
+        and inputs take the loop.
 
         >>> xs = [{"win": 1, "cash": 1}, {"lunch": 1}, {"win": 1}, {"lunch": 1, "at": 1}]
         >>> ys = ["spam", "ham", None, "ham"]
@@ -383,18 +382,7 @@ class MultinomialNB(TextModel):
         xs, ys = list(xs), list(ys)
         if len(xs) != len(ys) or not _prequential.takes(self):
             return super().prequential_many(xs, ys)
-        short = _prequential.short_examples(self, xs, ys)
-        others = [i for i, ok in enumerate(short) if not ok]
-        if others:  # before anything is learned; the short ones are valid inputs
-            self._check_examples([xs[i] for i in others], [ys[i] for i in others])
-        probas: list[dict[str, float]] = []
-        start = 0
-        for vectorised, run in groupby(short):
-            stop = start + len(list(run))
-            step = _prequential.prequential_many if vectorised else TextModel._prequential_loop
-            probas += step(self, xs[start:stop], ys[start:stop])
-            start = stop
-        return probas
+        return _prequential.prequential_many(self, xs, ys)
 
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]
