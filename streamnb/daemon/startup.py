@@ -75,16 +75,40 @@ def serve_metrics(metrics: Any, settings: MetricsSettings) -> None:
         ) from None
 
 
+class _KafkaLogCapture(logging.Handler):
+    """What kafka-python logged while start-up connected: it retries a refused login or a
+    failed TLS handshake until its timeout, and only its log says which it was (a refused
+    SASL login is not always logged as such: the broker may close the connection first, so
+    a login that was attempted and never succeeded counts as refused too). Kept in memory
+    only; its configuration dump, which holds the password, is not even kept."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            message = record.getMessage()
+            if "configuration" not in message and len(self.messages) < 10_000:
+                self.messages.append(message[:2000])
+
+
 @contextlib.contextmanager
-def _quiet_kafka_logs() -> Iterator[None]:
-    """kafka-python logs each failed connection attempt; the start-up line says it once."""
+def _captured_kafka_logs() -> Iterator[_KafkaLogCapture]:
+    """kafka-python's log lines during the check, kept from the console (the one start-up
+    line says what went wrong)."""
     logger = logging.getLogger("kafka")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL + 1)
+    capture = _KafkaLogCapture()
+    saved = logger.level, logger.propagate
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    logger.addHandler(capture)
     try:
-        yield
+        yield capture
     finally:
-        logger.setLevel(level)
+        logger.removeHandler(capture)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
 
 
 def check_kafka(settings: Settings) -> dict[str, int]:
@@ -100,20 +124,20 @@ def check_kafka(settings: Settings) -> dict[str, int]:
     kafka = settings.kafka
     timeout = kafka.startup_timeout_seconds
     outputs = [kafka.output_topic, kafka.dead_letter_topic]
-    try:
-        with _quiet_kafka_logs():
+    with _captured_kafka_logs() as logged:
+        try:
             admin = kafka_io.open_admin(kafka, timeout)
             try:
                 limits = kafka_io.topic_limits(admin, [*outputs, *kafka.input_topics])
             finally:
                 admin.close()
-    except KafkaError as error:
-        raise StartupError(_kafka_failure(settings, error)) from None
-    except OSError as error:  # e.g. a TLS file that is not a certificate
-        raise StartupError(
-            f"kafka.security_protocol: cannot set up {kafka.security_protocol} to "
-            f"{kafka.bootstrap_servers}: {error}"
-        ) from None
+        except KafkaError as error:
+            raise StartupError(_kafka_failure(settings, error, logged.messages)) from None
+        except OSError as error:  # e.g. a TLS file that is not a certificate
+            raise StartupError(
+                f"kafka.security_protocol: cannot set up {kafka.security_protocol} to "
+                f"{kafka.bootstrap_servers}: {error}"
+            ) from None
     widest_input = max(limits[topic] for topic in kafka.input_topics)
     if settings.limits.max_value_bytes > widest_input:
         raise StartupError(
@@ -123,20 +147,37 @@ def check_kafka(settings: Settings) -> dict[str, int]:
     return {topic: limits[topic] for topic in outputs}
 
 
-def _kafka_failure(settings: Settings, error: Exception) -> str:
+def _kafka_failure(settings: Settings, error: Exception, logged: list[str]) -> str:
     kafka = settings.kafka
-    name = type(error).__name__
-    text = str(error).splitlines()[0] if str(error) else name
-    if "Authentication" in name or "Sasl" in name:
+    where = f"{kafka.bootstrap_servers} ({kafka.security_protocol})"
+    seen = "\n".join([f"{type(error).__name__}: {error}", *logged])
+    refused = "Authentication failed" in seen or "SaslAuthenticationFailed" in seen
+    if refused or ("SaslAuthenticateRequest" in seen and "Timeout" in type(error).__name__):
         return (
-            f"kafka.sasl_username: {kafka.bootstrap_servers} refused the {kafka.sasl_mechanism} "
-            f"login of {kafka.sasl_username!r} (check kafka.sasl_username and the password): "
-            f"{text}"
+            f"kafka.sasl_username: {where} refused the {kafka.sasl_mechanism} login of "
+            f"{kafka.sasl_username!r}: check kafka.sasl_username and its password "
+            "(STREAMNB_KAFKA__SASL_PASSWORD or kafka.sasl_password_file)"
         )
-    if "Timeout" in name or "NoBrokers" in name:
+    if "CERTIFICATE_VERIFY_FAILED" in seen:
+        detail = _first_line_with(seen, "CERTIFICATE_VERIFY_FAILED")
         return (
-            f"kafka.bootstrap_servers: no broker answered at {kafka.bootstrap_servers} "
-            f"({kafka.security_protocol}) within {kafka.startup_timeout_seconds:g} s "
-            "(kafka.startup_timeout_seconds)"
+            f"kafka.ssl_cafile: the certificate of {where} is not trusted "
+            f"({detail}); set kafka.ssl_cafile to its CA, or check kafka.ssl_check_hostname"
         )
-    return f"kafka.bootstrap_servers: {kafka.bootstrap_servers}: {name}: {text}"
+    if "Handshake failed" in seen or "UnsupportedSaslMechanism" in seen:
+        detail = _first_line_with(seen, "Handshake failed") or _first_line_with(
+            seen, "UnsupportedSaslMechanism")
+        return f"kafka.security_protocol: {where}: {detail}"
+    if "Timeout" in type(error).__name__ or "NoBrokers" in type(error).__name__:
+        return (
+            f"kafka.bootstrap_servers: no broker answered at {where} within "
+            f"{kafka.startup_timeout_seconds:g} s (kafka.startup_timeout_seconds)"
+        )
+    return f"kafka.bootstrap_servers: {where}: {type(error).__name__}: {error}".splitlines()[0]
+
+
+def _first_line_with(text: str, needle: str) -> str:
+    for line in text.splitlines():
+        if needle in line:
+            return line.strip()[-200:]
+    return ""
