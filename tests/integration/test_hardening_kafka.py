@@ -3,11 +3,14 @@ once, before anything is consumed."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import orjson
 import pytest
@@ -17,6 +20,12 @@ from streamnb.daemon.kafka_io import create_topics, produce, read_all
 from tests.integration.harness import REPO, DaemonProcess, value, wait_for, write_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def topics(bootstrap: str, prefix: str, **configs: dict[str, str]) -> None:
@@ -196,4 +205,67 @@ def test_a_well_shaped_checkpoint_is_resumed(tmp_path, kafka_bootstrap, topic_pr
     daemon.wait_assigned()
     wait_for(lambda: any(e.get("event") == "checkpoint_loaded" for e in daemon.events()), 10,
              "the checkpoint to be loaded")
+    assert daemon.terminate()[0] == 0
+
+
+def scrape(port: int) -> dict[tuple, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def deep_mime(levels: int) -> bytes:
+    raw = b""
+    for depth in range(levels):
+        boundary = b"b%d" % depth
+        raw += b"Content-Type: multipart/mixed; boundary=" + boundary + b"\n\n--" + boundary + b"\n"
+    return raw + b"Content-Type: text/plain\n\nwin a prize inside\n"
+
+
+@pytest.mark.parametrize("prepare_process", [False, True], ids=["one-process", "prepare-process"])
+def test_metrics_score_a_resent_id_once_and_count_truncations(
+    tmp_path, kafka_bootstrap, topic_prefix, prepare_process
+):
+    topics(kafka_bootstrap, topic_prefix)
+    config = write_config(
+        tmp_path, kafka_bootstrap, topic_prefix,
+        extra=f"[pipeline]\nprepare_process = {str(prepare_process).lower()}\n",
+    )
+    port = free_port()
+    daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0,
+                           env={"STREAMNB_METRICS__PORT": str(port)})
+    daemon.wait_assigned()
+    deep = base64.b64encode(deep_mime(10_000)).decode()
+    records = [
+        (b"a", value("a", "win a prize now", "spam")),
+        (b"b", value("b", "see you at lunch", "ham")),
+        *[(b"a", value("a", "win a prize now", "spam"))] * 3,  # producer retries
+        (b"deep-1", orjson.dumps({"id": "deep-1", "raw_b64": deep, "label": "spam"})),
+        (b"deep-2", orjson.dumps({"id": "deep-2", "raw_b64": deep})),
+        (b"next", value("next", "win a prize")),
+    ]
+    produce(kafka_bootstrap, f"{topic_prefix}-in", records)
+    assert predicted(kafka_bootstrap, topic_prefix, "next")["label"] == "spam"
+    assert predicted(kafka_bootstrap, topic_prefix, "deep-2")["label"] == "spam"
+
+    def settled():
+        figures = scrape(port)
+        return figures if figures.get(("streamnb_messages_consumed_total",
+                                       (("kind", "labelled"),))) == 6 else None
+
+    figures = wait_for(settled, 30, "the daemon to count six labelled messages")
+    # a (before anything was learned: unscored), b and deep-1: each labelled id scored once
+    assert figures[("streamnb_prequential_unscored_total", ())] == 1
+    assert figures[("streamnb_prequential_observed_total", ())] == 2
+    assert figures[("streamnb_duplicate_messages_total", ())] == 3
+    truncated = (("kind", "truncated"), ("reason", "max_depth"))
+    assert figures[("streamnb_featurizer_events_total", truncated)] == 2
+    logged = [e for e in daemon.events() if e.get("event") == "featurizer"]
+    assert [(e["reason"], e["id"]) for e in logged] == [("max_depth", "deep-1")]
     assert daemon.terminate()[0] == 0

@@ -143,12 +143,7 @@ def test_the_sms_stream_end_to_end_over_sasl_ssl(
         (tmp_path / "kafka-password").write_text(broker.password + "\n")
         env, extra = {}, f'sasl_password_file = "{tmp_path / "kafka-password"}"\n'
     config = secured_config(tmp_path, broker, topic_prefix, mechanism, extra)
-    os.environ.update(env)
-    try:
-        daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0)
-    finally:
-        for key in env:
-            os.environ.pop(key)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0, env=env)
     daemon.wait_assigned(timeout=60)
     produce(broker.plain, f"{topic_prefix}-in", (
         (msg_id.encode(), value(msg_id, text, None if msg_id in unlabelled else label))
