@@ -14,8 +14,9 @@
 5. stops the daemon with SIGTERM and shows it checkpointed and exited cleanly.
 
 It names the run's topics at the start (predictions go to ``demo-<run>-out``, keyed by message
-id) and prints one prediction as the daemon wrote it. The broker is ``--bootstrap``, by default
-``$STREAMNB_KAFKA_BOOTSTRAP`` or ``127.0.0.1:$STREAMNB_KAFKA_PORT`` (9092), as for the tests.
+id) and at the end prints the last prediction as the daemon wrote it. The broker is
+``--bootstrap``, by default ``$STREAMNB_KAFKA_BOOTSTRAP`` or ``127.0.0.1:$STREAMNB_KAFKA_PORT``
+(9092), as for the tests.
 
 Run it again any time: each run uses new topics and a new checkpoint under ``var/demo/``.
 """
@@ -170,14 +171,15 @@ def main() -> int:
               f"metrics http://127.0.0.1:{port}/metrics)\n")
 
         predictions: dict[str, str] = {}
-        sample: list[bytes] = []  # the first prediction record, as the daemon wrote it
+        # The latest prediction record, as the daemon wrote it (the first ones come from a
+        # model that has learned next to nothing).
+        sample: list[bytes] = []
         done = threading.Event()
 
         def collect(found):
             for record in found[len(predictions):]:
                 predictions[record.key.decode()] = orjson.loads(record.value)["label"]
-                if not sample:
-                    sample.append(record.value)
+                sample[:] = [record.value]
             return done.is_set() or len(predictions) >= len(unlabelled)
 
         reader = threading.Thread(
