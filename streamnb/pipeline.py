@@ -26,13 +26,10 @@ class PipelineError(ValueError):
 
 @dataclass(slots=True)
 class Prepared:
-    """The model input for one message, what the featurizer had to cut short (the limits
-    hit) and the defects its mail reader found (for a reader that records them as
-    ``defects`` on its result)."""
+    """The model input for one message, and what the featurizer had to cut short."""
 
     x: Any
     truncated: tuple[str, ...] = field(default_factory=tuple)
-    defects: tuple[str, ...] = field(default_factory=tuple)
 
 
 class Pipeline:
@@ -67,15 +64,11 @@ class Pipeline:
                 raise PipelineError(
                     "wrong_body", "a GDA model needs 'features' or featurizer meta-features"
                 )
-            return Prepared(list(result.numeric), tuple(result.truncated), _defects(result))
-        return Prepared(result.tokens, tuple(result.truncated), _defects(result))
+            return Prepared(list(result.numeric), tuple(result.truncated))
+        return Prepared(result.tokens, tuple(result.truncated))
 
     def prepare_many(self, messages: Sequence[Message]) -> list[Prepared]:
         return [self.prepare(m) for m in messages]
-
-
-def _defects(result: Any) -> tuple[str, ...]:
-    return tuple(getattr(result, "defects", None) or ())
 
 
 def build_pipeline(model: Mapping[str, Any], features: Mapping[str, Any]) -> Pipeline:

@@ -314,7 +314,7 @@ class Daemon:
                 started = time.perf_counter()
                 result = self._prepare(record) if prepared is None else prepared[index]
                 if result is not None and result[0] == MESSAGE and result[5]:
-                    self._featurizer_noted(result[1], result[5])  # (issue 14: honest metrics)
+                    self._featurizer_noted(result[1], result[5])
                 if self._batches(key):
                     new = self._read_new(record, key, result, run_ids, started)
                     if new is not None:

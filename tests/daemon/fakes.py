@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 import zlib
 from collections import Counter, defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from streamnb.codec import Message
 from streamnb.config import (
@@ -104,6 +105,15 @@ class CountModel:
         return model
 
 
+@dataclass(slots=True)
+class PreparedWithDefects:
+    """A pipeline result whose mail reader reported defects (``Prepared`` plus ``defects``)."""
+
+    x: Any
+    truncated: tuple[str, ...] = ()
+    defects: tuple[str, ...] = ()
+
+
 class WordPipeline:
     """Whitespace tokens of ``text``; the word ``CRASH`` makes the featurizer fail, a word
     ``CUT:<limit>`` reports that limit as hit, ``DEFECT:<name>`` a reader defect."""
@@ -120,7 +130,9 @@ class WordPipeline:
         words = message.text.split()
         truncated = tuple(w[4:] for w in words if w.startswith("CUT:"))
         defects = tuple(w[7:] for w in words if w.startswith("DEFECT:"))
-        return Prepared(dict(Counter(words)), truncated, defects)
+        if defects:  # the real Prepared has no defects field until a reader reports them
+            return PreparedWithDefects(dict(Counter(words)), truncated, defects)
+        return Prepared(dict(Counter(words)), truncated)
 
 
 class RecordingMetrics:

@@ -1,4 +1,4 @@
-"""Loop logic of issue 14 against the in-memory fakes: outputs that always fit, duplicates that
+"""Loop logic against the in-memory fakes: outputs that always fit, duplicates that
 are not scored twice, featurizer notes counted and logged once per reason."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 14 on the real broker: no single record stops the stream, and a bad start fails at
+"""Hardening on the real broker: no single record stops the stream, and a bad start fails at
 once, before anything is consumed."""
 
 from __future__ import annotations
