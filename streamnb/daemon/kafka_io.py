@@ -440,8 +440,10 @@ def open_admin(settings: KafkaSettings, timeout: float) -> KafkaAdminClient:
 def topic_limits(admin: KafkaAdminClient, topics: Iterable[str]) -> dict[str, int]:
     """Each topic's ``max.message.bytes``: the largest record batch the broker accepts there.
 
-    A topic that does not exist yet (the broker creates it on first use) gets the broker's
-    ``message.max.bytes``, which is what it will be created with, or Kafka's default.
+    A topic whose limit cannot be read (it does not exist yet and the broker creates it on
+    first use, or the user lacks DescribeConfigs on it: the broker then answers with no
+    configs) gets the broker's ``message.max.bytes``, which is what a new topic is created
+    with, or Kafka's default; a warning says so.
     """
     topics = sorted(set(topics))
     described = admin.describe_configs(
@@ -458,6 +460,11 @@ def topic_limits(admin: KafkaAdminClient, topics: Iterable[str]) -> dict[str, in
         if default is None:
             default = _broker_max_message_bytes(admin)
         limits[topic] = default
+        log.warning(
+            "max.message.bytes of topic %s could not be read (it does not exist yet, or this "
+            "user may not describe its configs): records to it are sized for %d bytes",
+            topic, default, extra={"event": "topic_limit_assumed", "topic": topic},
+        )
     return limits
 
 
