@@ -3,7 +3,8 @@
 #   python3-venv: `make setup` creates .venv with `python3 -m venv` (Debian ships ensurepip,
 #                 which venv needs for pip, in this package)
 #   Java 17 (with keytool) + Maven: the local Kafka broker (scripts/kafka.sh), and the
-#                 certificate of its SASL_SSL listener in the security tests
+#                 certificates of its SASL_SSL and SSL listeners in the security tests
+#   openssl: the client key of the SSL listener as PEM (what kafka-python reads)
 #   prometheus: the monitoring integration test scrapes the daemon with a real server
 #   bogofilter: the peer filter in the accuracy benchmarks
 #   make: the README's commands
@@ -15,6 +16,7 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 { command -v java >/dev/null 2>&1 && command -v keytool >/dev/null 2>&1; } \
     || need+=(openjdk-17-jre-headless)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v bogofilter >/dev/null 2>&1 || need+=(bogofilter)

@@ -20,6 +20,9 @@
 #                                  the one user of that listener, for PLAIN and (created with
 #                                  the broker's own storage tool when the storage is formatted)
 #                                  SCRAM-SHA-256 and SCRAM-SHA-512
+#   STREAMNB_KAFKA_SSL_PORT        add an SSL listener on 127.0.0.1:<this port> that requires a
+#                                  client certificate: $run/tls/client.pem and client.key
+#                                  (made with keytool and openssl) are the client's
 #
 # The jars are cached in $STREAMNB_KAFKA_HOME/lib keyed by the pom's checksum, so later runs
 # start in a few seconds and need no network.
@@ -34,6 +37,7 @@ pom="$here/kafka/pom.xml"
 lib="$home/lib"
 run=${STREAMNB_KAFKA_RUN:-$home/run-$port}
 sasl_ssl_port=${STREAMNB_KAFKA_SASL_SSL_PORT:-}
+ssl_port=${STREAMNB_KAFKA_SSL_PORT:-}
 sasl_user=${STREAMNB_KAFKA_SASL_USER:-streamnb}
 sasl_password=${STREAMNB_KAFKA_SASL_PASSWORD:-}
 pidfile="$run/kafka.pid"
@@ -87,6 +91,37 @@ make_tls() {
         -storepass streamnb-test -file "$tls/ca.pem" >/dev/null 2>&1
 }
 
+make_client_tls() {
+    # A client certificate (self-signed, trusted by the broker's SSL listener) as PEM files.
+    local tls="$run/tls"
+    [[ -f "$tls/client.pem" && -f "$tls/client.key" && -f "$tls/truststore.p12" ]] && return 0
+    command -v openssl >/dev/null 2>&1 || { log "openssl not found (apt-get install openssl)"; exit 1; }
+    rm -f "$tls/client.p12" "$tls/truststore.p12"
+    keytool -genkeypair -alias client -keyalg RSA -keysize 2048 -validity 30 \
+        -dname "CN=streamnb-client" -keystore "$tls/client.p12" -storetype PKCS12 \
+        -storepass streamnb-test -keypass streamnb-test >/dev/null 2>&1
+    keytool -exportcert -rfc -alias client -keystore "$tls/client.p12" \
+        -storepass streamnb-test -file "$tls/client.pem" >/dev/null 2>&1
+    openssl pkcs12 -in "$tls/client.p12" -passin pass:streamnb-test -nocerts -nodes \
+        -out "$tls/client.key" 2>/dev/null
+    keytool -importcert -noprompt -alias client -file "$tls/client.pem" \
+        -keystore "$tls/truststore.p12" -storetype PKCS12 -storepass streamnb-test >/dev/null 2>&1
+}
+
+ssl_properties() {
+    [[ -n "$ssl_port" ]] || return 0
+    cat <<PROPS
+listener.name.ssl.ssl.client.auth=required
+listener.name.ssl.ssl.keystore.type=PKCS12
+listener.name.ssl.ssl.keystore.location=$run/tls/broker.p12
+listener.name.ssl.ssl.keystore.password=streamnb-test
+listener.name.ssl.ssl.key.password=streamnb-test
+listener.name.ssl.ssl.truststore.type=PKCS12
+listener.name.ssl.ssl.truststore.location=$run/tls/truststore.p12
+listener.name.ssl.ssl.truststore.password=streamnb-test
+PROPS
+}
+
 sasl_properties() {
     [[ -n "$sasl_ssl_port" ]] || return 0
     cat <<PROPS
@@ -115,6 +150,13 @@ write_config() {
         advertised+=",SASL_SSL://127.0.0.1:$sasl_ssl_port"
         protocols+=",SASL_SSL:SASL_SSL"
     fi
+    if [[ -n "$ssl_port" ]]; then
+        make_tls
+        make_client_tls
+        listeners+=",SSL://127.0.0.1:$ssl_port"
+        advertised+=",SSL://127.0.0.1:$ssl_port"
+        protocols+=",SSL:SSL"
+    fi
     cat > "$run/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
@@ -136,6 +178,7 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 log.retention.hours=24
 $(sasl_properties)
+$(ssl_properties)
 PROPS
     cat > "$run/log4j2.properties" <<PROPS
 rootLogger.level=WARN

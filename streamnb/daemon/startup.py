@@ -124,6 +124,8 @@ def check_kafka(settings: Settings) -> dict[str, int]:
     kafka = settings.kafka
     timeout = kafka.startup_timeout_seconds
     outputs = [kafka.output_topic, kafka.dead_letter_topic]
+    if kafka.security_protocol.endswith("SSL"):
+        check_tls_files(kafka)
     with _captured_kafka_logs() as logged:
         try:
             admin = kafka_io.open_admin(kafka, timeout)
@@ -147,6 +149,31 @@ def check_kafka(settings: Settings) -> dict[str, int]:
     return {topic: limits[topic] for topic in outputs}
 
 
+def check_tls_files(kafka: Any) -> None:
+    """Load the CA, certificate and key as kafka-python will, so a wrong file is named now
+    rather than retried until the start-up timeout."""
+    import ssl
+
+    context = ssl.create_default_context()
+    key = "kafka.ssl_cafile"
+    try:
+        if kafka.ssl_cafile is not None:
+            context.load_verify_locations(cafile=str(kafka.ssl_cafile))
+        if kafka.ssl_certfile is not None:
+            key = "kafka.ssl_keyfile" if kafka.ssl_keyfile is not None else "kafka.ssl_certfile"
+            context.load_cert_chain(
+                str(kafka.ssl_certfile),
+                str(kafka.ssl_keyfile) if kafka.ssl_keyfile is not None else None,
+            )
+    except (ssl.SSLError, OSError) as error:
+        what = {
+            "kafka.ssl_cafile": f"{kafka.ssl_cafile} holds no usable CA certificate",
+            "kafka.ssl_certfile": f"{kafka.ssl_certfile} is not a certificate with its key",
+            "kafka.ssl_keyfile": f"{kafka.ssl_keyfile} is not the key of {kafka.ssl_certfile}",
+        }[key]
+        raise StartupError(f"{key}: {what}: {error}") from None
+
+
 def _kafka_failure(settings: Settings, error: Exception, logged: list[str]) -> str:
     kafka = settings.kafka
     where = f"{kafka.bootstrap_servers} ({kafka.security_protocol})"
@@ -163,6 +190,12 @@ def _kafka_failure(settings: Settings, error: Exception, logged: list[str]) -> s
         return (
             f"kafka.ssl_cafile: the certificate of {where} is not trusted "
             f"({detail}); set kafka.ssl_cafile to its CA, or check kafka.ssl_check_hostname"
+        )
+    if "ALERT_BAD_CERTIFICATE" in seen or "CERTIFICATE_REQUIRED" in seen:
+        given = f"its certificate {kafka.ssl_certfile}" if kafka.ssl_certfile else "none"
+        return (
+            f"kafka.ssl_certfile: {where} wants a client certificate it trusts ({given} was "
+            "given): set kafka.ssl_certfile and kafka.ssl_keyfile"
         )
     if "Handshake failed" in seen or "UnsupportedSaslMechanism" in seen:
         detail = _first_line_with(seen, "Handshake failed") or _first_line_with(

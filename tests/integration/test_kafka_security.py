@@ -1,10 +1,12 @@
-"""The daemon against the project's own broker with a SASL_SSL listener (``scripts/kafka.sh``
-with ``STREAMNB_KAFKA_SASL_SSL_PORT``): a certificate made at start with keytool, a user created
-for PLAIN and, with the broker's storage tool, for SCRAM-SHA-256/512.
+"""The daemon against the project's own broker with a SASL_SSL listener and an SSL listener
+that requires a client certificate (``scripts/kafka.sh`` with ``STREAMNB_KAFKA_SASL_SSL_PORT``
+and ``STREAMNB_KAFKA_SSL_PORT``): certificates made at start with keytool (and openssl, for the
+client's key as PEM), a user created for PLAIN and, with the broker's storage tool, for
+SCRAM-SHA-256/512.
 
 The secured broker is a second one, on the test broker's port + 2 (PLAINTEXT, which the test
-tools use to create topics and produce), + 3 (its controller) and + 4 (SASL_SSL, which the
-daemon uses). It is started for this module and stopped after it.
+tools use to create topics and produce), + 3 (its controller), + 4 (SASL_SSL) and + 5 (SSL with
+client certificates). It is started for this module and stopped after it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from tests.integration.harness import REPO, DaemonProcess, sms, value, write_con
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
 BASE_PORT = int(KAFKA_BOOTSTRAP.rsplit(":", 1)[1])
-PLAIN_PORT, SASL_SSL_PORT = BASE_PORT + 2, BASE_PORT + 4
+PLAIN_PORT, SASL_SSL_PORT, SSL_PORT = BASE_PORT + 2, BASE_PORT + 4, BASE_PORT + 5
 USER = "streamnb-test"
 
 
@@ -48,6 +50,7 @@ class SecuredBroker:
             **os.environ,
             "STREAMNB_KAFKA_PORT": str(PLAIN_PORT),
             "STREAMNB_KAFKA_SASL_SSL_PORT": str(SASL_SSL_PORT),
+            "STREAMNB_KAFKA_SSL_PORT": str(SSL_PORT),
             "STREAMNB_KAFKA_SASL_USER": USER,
             "STREAMNB_KAFKA_SASL_PASSWORD": password,
             "STREAMNB_KAFKA_RUN": str(run),
@@ -55,7 +58,10 @@ class SecuredBroker:
         }
         self.plain = f"127.0.0.1:{PLAIN_PORT}"
         self.secured = f"127.0.0.1:{SASL_SSL_PORT}"
+        self.mutual_tls = f"127.0.0.1:{SSL_PORT}"
         self.ca = run / "tls" / "ca.pem"
+        self.client_cert = run / "tls" / "client.pem"
+        self.client_key = run / "tls" / "client.key"
 
     def script(self, command: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(REPO / "scripts" / "kafka.sh"), command], env=self.env,
@@ -64,18 +70,18 @@ class SecuredBroker:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory) -> SecuredBroker:
-    for port in (PLAIN_PORT, PLAIN_PORT + 1, SASL_SSL_PORT):
+    for port in (PLAIN_PORT, PLAIN_PORT + 1, SASL_SSL_PORT, SSL_PORT):
         if answers(port):
             pytest.fail(f"port {port} is taken: the secured test broker needs ports "
-                        f"{PLAIN_PORT}-{SASL_SSL_PORT} (set STREAMNB_KAFKA_PORT elsewhere)")
+                        f"{PLAIN_PORT}-{SSL_PORT} (set STREAMNB_KAFKA_PORT elsewhere)")
     broker = SecuredBroker(tmp_path_factory.mktemp("secured-kafka"), secrets.token_hex(12))
     started = broker.script("start")
     if started.returncode != 0:
         pytest.fail(f"the secured broker did not start:\n{started.stderr[-3000:]}")
     try:
         deadline = time.monotonic() + 60
-        while not answers(SASL_SSL_PORT):
-            assert time.monotonic() < deadline, "the SASL_SSL listener never opened"
+        while not (answers(SASL_SSL_PORT) and answers(SSL_PORT)):
+            assert time.monotonic() < deadline, "the secured listeners never opened"
             time.sleep(0.2)
         yield broker
     finally:
@@ -157,3 +163,51 @@ def test_the_sms_stream_end_to_end_over_sasl_ssl(
     assert correct / len(out) > 0.8  # a model that learned from the labelled SMS
     assert daemon.terminate()[0] == 0
     assert broker.password not in (tmp_path / "daemon.log").read_text()
+
+
+def tls_config(tmp_path: Path, broker: SecuredBroker, prefix: str, client_files: str) -> Path:
+    path = write_config(tmp_path, broker.mutual_tls, prefix)
+    security = (f'security_protocol = "SSL"\nssl_cafile = "{broker.ca}"\n'
+                f"startup_timeout_seconds = 5.0\n{client_files}")
+    path.write_text(path.read_text().replace("[kafka]\n", f"[kafka]\n{security}", 1))
+    return path
+
+
+def test_ssl_with_a_client_certificate_end_to_end(tmp_path, broker, topic_prefix, data_dir):
+    rows = sms(data_dir)[:300]
+    unlabelled = {msg_id for i, (msg_id, _, _) in enumerate(rows) if i % 5 == 0}
+    create_topics(broker.plain, {f"{topic_prefix}-{t}": 1 for t in ("in", "out", "dlq")})
+    config = tls_config(tmp_path, broker, topic_prefix,
+                        f'ssl_certfile = "{broker.client_cert}"\n'
+                        f'ssl_keyfile = "{broker.client_key}"\n')
+    daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0)
+    daemon.wait_assigned(timeout=60)
+    produce(broker.plain, f"{topic_prefix}-in", (
+        (msg_id.encode(), value(msg_id, text, None if msg_id in unlabelled else label))
+        for msg_id, label, text in rows
+    ))
+    out = read_all(broker.plain, f"{topic_prefix}-out",
+                   until=lambda r: len(r) >= len(unlabelled), timeout=120)
+    assert sorted(r.key.decode() for r in out) == sorted(unlabelled)
+    assert daemon.terminate()[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("client_files", "key"),
+    [
+        ("", "kafka.ssl_certfile: "),  # the listener requires one
+        ('ssl_certfile = "{ca}"\nssl_keyfile = "{key}"\n', "kafka.ssl_keyfile: "),
+    ],
+    ids=["no-client-certificate", "key-of-another-certificate"],
+)
+def test_a_refused_or_broken_client_certificate_is_named(
+    tmp_path, broker, topic_prefix, client_files, key
+):
+    files = client_files.format(ca=broker.ca, key=broker.client_key)
+    config = tls_config(tmp_path, broker, topic_prefix, files)
+    result, elapsed = run_cli(config, {})
+    output = (result.stdout + result.stderr).strip()
+    assert result.returncode == 2, output
+    assert len(output.splitlines()) == 1, output
+    assert output.startswith(f"streamnb: {key}")
+    assert elapsed < 15
