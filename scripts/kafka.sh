@@ -14,7 +14,7 @@
 #
 # A secured listener besides the PLAINTEXT one (what the security tests run against):
 #   STREAMNB_KAFKA_SASL_SSL_PORT   add a SASL_SSL listener on 127.0.0.1:<this port>, with a
-#                                  self-signed certificate for 127.0.0.1/localhost made at
+#                                  self-signed certificate for 127.0.0.1 (only) made at
 #                                  start with keytool ($run/tls; clients trust $run/tls/ca.pem)
 #   STREAMNB_KAFKA_SASL_USER, STREAMNB_KAFKA_SASL_PASSWORD
 #                                  the one user of that listener, for PLAIN and (created with
@@ -77,14 +77,15 @@ fetch() {
 }
 
 make_tls() {
-    # A self-signed certificate for 127.0.0.1 and localhost, made once per run folder.
+    # A self-signed certificate for 127.0.0.1 only (so "localhost" fails a hostname check),
+    # made once per run folder.
     local tls="$run/tls"
     [[ -f "$tls/broker.p12" && -f "$tls/ca.pem" ]] && return 0
     command -v keytool >/dev/null 2>&1 || { log "keytool not found (it comes with the JDK)"; exit 1; }
     mkdir -p "$tls"
     rm -f "$tls/broker.p12"
     keytool -genkeypair -alias broker -keyalg RSA -keysize 2048 -validity 30 \
-        -dname "CN=localhost" -ext "SAN=ip:127.0.0.1,dns:localhost" \
+        -dname "CN=127.0.0.1" -ext "SAN=ip:127.0.0.1" \
         -keystore "$tls/broker.p12" -storetype PKCS12 \
         -storepass streamnb-test -keypass streamnb-test >/dev/null 2>&1
     keytool -exportcert -rfc -alias broker -keystore "$tls/broker.p12" \

@@ -211,3 +211,28 @@ def test_a_refused_or_broken_client_certificate_is_named(
     assert len(output.splitlines()) == 1, output
     assert output.startswith(f"streamnb: {key}")
     assert elapsed < 15
+
+
+@pytest.mark.parametrize("check_hostname", [True, False])
+def test_hostname_checking_follows_ssl_check_hostname(
+    tmp_path, broker, topic_prefix, check_hostname
+):
+    """The broker's certificate names 127.0.0.1 only; "localhost" reaches the same listener."""
+    create_topics(broker.plain, {f"{topic_prefix}-{t}": 1 for t in ("in", "out", "dlq")})
+    config = secured_config(tmp_path, broker, topic_prefix, "SCRAM-SHA-256",
+                            f"ssl_check_hostname = {str(check_hostname).lower()}\n")
+    config.write_text(config.read_text().replace(
+        f'bootstrap_servers = "{broker.secured}"',
+        f'bootstrap_servers = "localhost:{SASL_SSL_PORT}"'))
+    env = {"STREAMNB_KAFKA__SASL_PASSWORD": broker.password}
+    if check_hostname:
+        result, elapsed = run_cli(config, env)
+        output = (result.stdout + result.stderr).strip()
+        assert result.returncode == 2, output
+        assert len(output.splitlines()) == 1, output
+        assert output.startswith("streamnb: kafka.ssl_cafile: ") and "ssl_check_hostname" in output
+        assert elapsed < 15
+    else:
+        daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0, env=env)
+        daemon.wait_assigned(timeout=60)
+        assert daemon.terminate()[0] == 0
