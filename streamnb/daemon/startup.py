@@ -6,10 +6,12 @@ seconds with :class:`StartupError`, whose message is one line that names the set
   tried by creating, renaming and removing a probe file (permission bits alone do not tell:
   root ignores them, ``/proc`` and read-only mounts refuse anyway);
 * :func:`serve_metrics`: ``metrics.host:metrics.port`` can be bound;
-* :func:`check_kafka`: a bootstrap server answers within ``kafka.startup_timeout_seconds``
-  with the configured security settings, and ``limits.max_value_bytes`` is no larger than
-  what the input topics carry; returns what each output topic accepts (``max.message.bytes``)
-  so outputs are checked against it before they reach the producer.
+* :func:`check_kafka`: the TLS files load (:func:`check_tls_files`), a bootstrap server
+  answers within ``kafka.startup_timeout_seconds`` with the configured security settings (a
+  refused login, an untrusted or missing certificate are told apart from no answer), and
+  ``limits.max_value_bytes`` is no larger than what the input topics carry; returns what each
+  output topic accepts (``max.message.bytes``) so outputs are checked against it before they
+  reach the producer.
 
 The checkpoint body's shape is checked where it is read (:mod:`streamnb.daemon.checkpoint`).
 
