@@ -36,7 +36,7 @@ bench: setup kafka-up
 	$(PY) -m bench
 
 lint: setup
-	$(VENV)/bin/ruff check streamnb tests bench
+	$(VENV)/bin/ruff check streamnb tests bench scripts
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -13,6 +13,11 @@
    prequential accuracy from its Prometheus endpoint;
 5. stops the daemon with SIGTERM and shows it checkpointed and exited cleanly.
 
+It names the run's topics at the start (predictions go to ``demo-<run>-out``, keyed by message
+id) and at the end prints the last prediction as the daemon wrote it. The broker is
+``--bootstrap``, by default ``$STREAMNB_KAFKA_BOOTSTRAP`` or ``127.0.0.1:$STREAMNB_KAFKA_PORT``
+(9092), as for the tests.
+
 Run it again any time: each run uses new topics and a new checkpoint under ``var/demo/``.
 """
 
@@ -111,8 +116,9 @@ def build_stream(rows: list[tuple[str, str]], seed: int):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", default=os.environ.get("STREAMNB_KAFKA_BOOTSTRAP",
-                                                              "127.0.0.1:9092"))
+    default_bootstrap = os.environ.get(
+        "STREAMNB_KAFKA_BOOTSTRAP", f"127.0.0.1:{os.environ.get('STREAMNB_KAFKA_PORT', '9092')}")
+    parser.add_argument("--bootstrap", default=default_bootstrap)
     parser.add_argument("--rate", type=float, default=150.0, help="records per second")
     parser.add_argument("--stream", type=Path, default=REPO / "examples" / "sms-sample.tsv")
     args = parser.parse_args()
@@ -144,6 +150,8 @@ def main() -> int:
     print(f"demo {run}: {len(rows)} SMS -> {len(records)} records "
           f"({len(unlabelled)} unlabelled, feedback and corrections for some, 2 malformed)")
     create_topics(args.bootstrap, {f"{prefix}-in": 1, f"{prefix}-out": 1, f"{prefix}-dlq": 1})
+    print(f"broker {args.bootstrap}; topics: input {prefix}-in, predictions {prefix}-out "
+          f"(one JSON record per unlabelled SMS, key = its id), dead letters {prefix}-dlq")
 
     log_path = workdir / "daemon.log"
     with open(log_path, "wb") as log:
@@ -163,11 +171,15 @@ def main() -> int:
               f"metrics http://127.0.0.1:{port}/metrics)\n")
 
         predictions: dict[str, str] = {}
+        # The latest prediction record, as the daemon wrote it (the first ones come from a
+        # model that has learned next to nothing).
+        sample: list[bytes] = []
         done = threading.Event()
 
         def collect(found):
             for record in found[len(predictions):]:
                 predictions[record.key.decode()] = orjson.loads(record.value)["label"]
+                sample[:] = [record.value]
             return done.is_set() or len(predictions) >= len(unlabelled)
 
         reader = threading.Thread(
@@ -212,6 +224,8 @@ def main() -> int:
         right = sum(truth[m] == label for m, label in predictions.items())
         print(f"\npredictions for unlabelled messages: {len(predictions)} of {len(unlabelled)}, "
               f"accuracy {right / max(1, len(predictions)):.3f} (true labels never sent)")
+        if sample:
+            print(f"one of them, as it is on topic {prefix}-out:\n  {sample[0].decode()}")
         print(f"prequential accuracy on labelled messages (predicted before learning): "
               f"{figures.get('accuracy_lifetime', float('nan')):.3f}")
         print("late feedback: " + ", ".join(

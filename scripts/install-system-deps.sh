@@ -1,24 +1,39 @@
 #!/usr/bin/env bash
 # Debian packages streamnb's tests and tools need; installs only what is missing.
-#   Java 17 + Maven: the local Kafka broker (scripts/kafka.sh)
+#   python3-venv: `make setup` creates .venv with `python3 -m venv` (Debian ships ensurepip,
+#                 which venv needs for pip, in this package)
+#   Java 17 (with keytool) + Maven: the local Kafka broker (scripts/kafka.sh), and the
+#                 certificates of its SASL_SSL and SSL listeners in the security tests
+#   openssl: the client key of the SSL listener as PEM (what kafka-python reads)
 #   prometheus: the monitoring integration test scrapes the daemon with a real server
 #   bogofilter: the peer filter in the accuracy benchmarks
+#   make: the README's commands
+# Run it as root (a container, CI) or as a user with sudo: it uses sudo only when not root.
 set -euo pipefail
 
 need=()
-command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+{ command -v java >/dev/null 2>&1 && command -v keytool >/dev/null 2>&1; } \
+    || need+=(openjdk-17-jre-headless)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v bogofilter >/dev/null 2>&1 || need+=(bogofilter)
 command -v make >/dev/null 2>&1 || need+=(make)
 
-if ((${#need[@]})); then
-    if [[ $(id -u) -ne 0 ]]; then
-        echo "install-system-deps: missing ${need[*]}; run as root or install them yourself" >&2
+if ((${#need[@]} == 0)); then
+    exit 0
+fi
+as_root=()
+if [[ $(id -u) -ne 0 ]]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+        echo "install-system-deps: missing ${need[*]}; run this as root, or install them" >&2
         exit 1
     fi
-    echo "install-system-deps: installing ${need[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    as_root=(sudo)
 fi
+echo "install-system-deps: installing ${need[*]}" >&2
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,19 @@ class KafkaSettings:
     producer_linger_ms: int = 5
     producer_acks: str = "all"
     producer_process: bool = True
+    # How long start-up waits for the bootstrap servers before failing (exit 2).
+    startup_timeout_seconds: float = 10.0
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = ""
+    sasl_username: str = ""
+    # Never in the config file: from STREAMNB_KAFKA__SASL_PASSWORD or kafka.sasl_password_file
+    # (whose content ends up here). Not in repr, so it cannot reach a log line.
+    sasl_password: str = field(default="", repr=False)
+    sasl_password_file: Path | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_check_hostname: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +118,8 @@ class FeedbackSettings:
 
 @dataclass(frozen=True, slots=True)
 class MetricsSettings:
-    host: str = "0.0.0.0"
+    # Loopback by default: /metrics is unauthenticated. Containers set 0.0.0.0.
+    host: str = "127.0.0.1"
     port: int = 9108
     window: int = 1000
     positive_class: str = "spam"
@@ -119,7 +133,8 @@ class LoggingSettings:
 
 @dataclass(frozen=True, slots=True)
 class LimitsSettings:
-    max_value_bytes: int = 10 * 1024 * 1024
+    # Kafka's default max.message.bytes is 1 MiB + 12: no larger value reaches the input topic.
+    max_value_bytes: int = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +228,20 @@ def _one_of(*choices: str) -> Callable[[str, Any], str]:
     return check
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _upper_one_of(*choices: str) -> Callable[[str, Any], str]:
+    def check(key: str, value: Any) -> str:
+        if isinstance(value, str) and value.upper() in choices:
+            return value.upper()
+        _fail(key, "one of " + ", ".join(repr(c) for c in choices if c), value)
+        return ""  # unreachable
+
+    return check
+
+
 def _acks(key: str, value: Any) -> str:
     if value in ("all", "0", "1", 0, 1, -1, "-1"):
         return str(value)
@@ -228,6 +257,12 @@ def _bool(key: str, value: Any) -> bool:
 
 def _path(key: str, value: Any) -> Path:
     return Path(_nonempty_str(key, value))
+
+
+def _secret(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"config: {key} must be a non-empty string")  # never echo a secret
+    return value
 
 
 def _table(key: str, value: Any) -> dict[str, Any]:
@@ -255,6 +290,16 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
             "producer_linger_ms": _positive_int,
             "producer_acks": _acks,
             "producer_process": _bool,
+            "startup_timeout_seconds": _positive_float,
+            "security_protocol": _upper_one_of(*SECURITY_PROTOCOLS),
+            "sasl_mechanism": _upper_one_of("", *SASL_MECHANISMS),
+            "sasl_username": _str,
+            "sasl_password": _secret,
+            "sasl_password_file": _path,
+            "ssl_cafile": _path,
+            "ssl_certfile": _path,
+            "ssl_keyfile": _path,
+            "ssl_check_hostname": _bool,
         },
     ),
     "model": (
@@ -343,6 +388,11 @@ def load_settings(
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"config: not valid TOML: {error}") from None
+    if "sasl_password" in (doc.get("kafka") or {}):
+        raise ConfigError(
+            "config: kafka.sasl_password does not belong in the config file: set "
+            "STREAMNB_KAFKA__SASL_PASSWORD or kafka.sasl_password_file"
+        )
     _apply_env(doc, os.environ if environ is None else environ)
 
     sections: dict[str, Any] = {}
@@ -372,6 +422,7 @@ def load_settings(
         )
         settings = Settings(**{**_as_dict(settings), "checkpoint": checkpoint})
     _check_preset(settings.model)
+    settings = Settings(**{**_as_dict(settings), "kafka": _resolve_security(settings.kafka, base)})
     kafka = settings.kafka
     topics = {kafka.output_topic, kafka.dead_letter_topic}
     clash = topics.intersection(kafka.input_topics)
@@ -392,6 +443,62 @@ def _check_preset(model: ModelSettings) -> None:
         preset_options(model.kind, model.preset)
     except ValueError as error:
         raise ConfigError(f"config: model.preset: {error}") from None
+def _resolve_security(kafka: KafkaSettings, base: Path) -> KafkaSettings:
+    """``kafka`` with its TLS and SASL settings checked, relative files resolved against
+    ``base`` and the password read from ``sasl_password_file``."""
+    changes: dict[str, Any] = {}
+    for key in ("sasl_password_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+        path = getattr(kafka, key)
+        if path is None:
+            continue
+        path = path if path.is_absolute() else base / path
+        if not path.is_file():
+            raise ConfigError(f"config: kafka.{key}: no readable file at {path}")
+        changes[key] = path
+    password = kafka.sasl_password
+    if "sasl_password_file" in changes:
+        if password:
+            raise ConfigError(
+                "config: kafka.sasl_password_file and STREAMNB_KAFKA__SASL_PASSWORD are both "
+                "set: keep one"
+            )
+        try:
+            password = changes["sasl_password_file"].read_text(encoding="utf-8").rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"config: kafka.sasl_password_file: cannot read: {error}") from None
+        if not password:
+            raise ConfigError("config: kafka.sasl_password_file: the file is empty")
+        changes["sasl_password"] = password
+    sasl = kafka.security_protocol.startswith("SASL_")
+    if sasl:
+        if not kafka.sasl_mechanism:
+            raise ConfigError(
+                f"config: kafka.sasl_mechanism must be set for {kafka.security_protocol} "
+                f"(one of {', '.join(SASL_MECHANISMS)})"
+            )
+        if not kafka.sasl_username:
+            raise ConfigError(
+                f"config: kafka.sasl_username must be set for {kafka.security_protocol}"
+            )
+        if not password:
+            raise ConfigError(
+                f"config: kafka.sasl_password_file (or STREAMNB_KAFKA__SASL_PASSWORD) must be set "
+                f"for {kafka.security_protocol}"
+            )
+    elif kafka.sasl_mechanism or kafka.sasl_username or password:
+        raise ConfigError(
+            f"config: kafka.security_protocol is {kafka.security_protocol}: SASL settings "
+            "(sasl_mechanism, sasl_username, password) need SASL_PLAINTEXT or SASL_SSL"
+        )
+    tls_files = [k for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile") if getattr(kafka, k)]
+    if tls_files and not kafka.security_protocol.endswith("SSL"):
+        raise ConfigError(
+            f"config: kafka.{tls_files[0]} needs kafka.security_protocol SSL or SASL_SSL, "
+            f"got {kafka.security_protocol}"
+        )
+    if kafka.ssl_keyfile and not kafka.ssl_certfile:
+        raise ConfigError("config: kafka.ssl_keyfile needs kafka.ssl_certfile (the client's)")
+    return replace(kafka, **changes) if changes else kafka
 
 
 def _as_dict(settings: Settings) -> dict[str, Any]:

@@ -47,7 +47,10 @@ from prometheus_client.registry import Collector
 from river import metrics as rmetrics
 from river import utils as rutils
 
-__all__ = ["Metrics", "CONSUMED_KINDS", "DEAD_LETTER_REASONS", "FEEDBACK_OUTCOMES", "STATE_VERSION"]
+__all__ = [
+    "Metrics", "CONSUMED_KINDS", "DEAD_LETTER_REASONS", "FEEDBACK_OUTCOMES", "STATE_VERSION",
+    "TRUNCATION_REASONS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,11 @@ FEEDBACK_OUTCOMES = ("learned", "relabelled", "duplicate", "unknown_id")
 DEAD_LETTER_REASONS = (
     "bad_json", "bad_body", "bad_id", "bad_label", "bad_type", "empty_value", "missing_body",
     "missing_label", "too_large", "wrong_type", "parse_error", "model_rejected",
-    "unknown_label", "unknown_id",
+    "unknown_label", "unknown_id", "output_too_large",
+)
+# Limits of the featurizer (FeaturizerOptions) that can cut a message short, exported at zero.
+TRUNCATION_REASONS = (
+    "max_bytes", "max_parts", "max_depth", "max_text_chars", "max_tokens", "max_seconds",
 )
 STATE_VERSION = 1
 OTHER = "_other"  # label value that absorbs classes / reasons beyond the cardinality caps
@@ -410,6 +417,20 @@ class Metrics:
         )
         for reason in dead_letter_reasons:
             self._dead_letters.labels(self._bounded_reason(reason))  # no other thread yet
+        self._duplicates = Counter(
+            "streamnb_duplicate_messages",
+            "Labelled messages whose id was already learned: not scored again (their label "
+            "counts as feedback).", registry=r,
+        )
+        self._featurizer_events = Counter(
+            "streamnb_featurizer_events",
+            "Messages the featurizer read with a limit cut short (kind=truncated, reason=the "
+            "limit) or with a defect of the mail reader (kind=defect).",
+            ["kind", "reason"], registry=r,
+        )
+        self._event_reasons: set[tuple[str, str]] = set()
+        for reason in TRUNCATION_REASONS:
+            self._featurizer_events.labels("truncated", self._bounded_event("truncated", reason))
         self._latency = Histogram(
             "streamnb_processing_latency_seconds",
             "Time to process one message, from decoding to the output being sent.",
@@ -498,6 +519,17 @@ class Metrics:
                 f"unknown feedback outcome {outcome!r}; expected one of {FEEDBACK_OUTCOMES}"
             )
         self._feedback.labels(outcome).inc()
+
+    def duplicate_message(self, n: int = 1) -> None:
+        self._duplicates.inc(n)
+
+    def featurizer_event(self, kind: str, reason: str, n: int = 1) -> None:
+        """A message read with a limit hit (``kind="truncated"``) or a reader defect."""
+        if kind not in ("truncated", "defect"):
+            raise ValueError(f"unknown featurizer event kind {kind!r}")
+        with self._lock:
+            reason = self._bounded_event(kind, reason)
+        self._featurizer_events.labels(kind, reason).inc(n)
 
     def dead_lettered(self, reason: str) -> None:
         with self._lock:
@@ -668,6 +700,16 @@ class Metrics:
             self._warned_reasons = True
             log.warning("dead-letter reason %r is malformed or beyond %d codes: counted as %r",
                         reason, self.max_reasons, OTHER)
+        return OTHER
+
+    def _bounded_event(self, kind: str, reason: str) -> str:
+        """``reason`` of a featurizer event, or OTHER beyond ``max_reasons`` (lock held)."""
+        reason = str(reason)
+        if (kind, reason) in self._event_reasons:
+            return reason
+        if _REASON_RE.match(reason) and len(self._event_reasons) < 2 * self.max_reasons:
+            self._event_reasons.add((kind, reason))
+            return reason
         return OTHER
 
     # ------------------------------------------------------------------ scrape-time values

@@ -28,7 +28,14 @@ from typing import Any
 
 import orjson
 
-__all__ = ["FORMAT", "VERSION", "CheckpointError", "read_checkpoint", "write_checkpoint"]
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "CheckpointError",
+    "check_daemon_body",
+    "read_checkpoint",
+    "write_checkpoint",
+]
 
 FORMAT = "streamnb-checkpoint"
 VERSION = 1
@@ -96,3 +103,51 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any] | None:
     if not isinstance(body, dict):
         raise CheckpointError(f"{path}: checkpoint body is not an object")
     return body
+
+
+def check_daemon_body(path: str | os.PathLike, body: dict[str, Any]) -> None:
+    """Raise :class:`CheckpointError` naming ``path`` unless ``body`` has the shape the daemon
+    writes: ``model.kind``, ``slices`` of ``{next_offset, model}``, a ``feedback`` store with its
+    ``entries``, and ``metrics`` (an object or null). A file can pass its CRC and still be
+    wrong (written by hand or by another program, then re-checksummed): the daemon must not
+    resume from it.
+
+    >>> check_daemon_body("c.json", {"model": {"kind": "multinomial"}, "slices": {"in:0": {
+    ...     "next_offset": 3, "model": {}}}, "feedback": {"version": 1, "entries": []}})
+    >>> check_daemon_body("c.json", {"model": {"kind": "multinomial"}, "slices": {"in:0": {
+    ...     "next_offset": "3", "model": {}}}, "feedback": {"version": 1, "entries": []}})
+    Traceback (most recent call last):
+    ...
+    streamnb.daemon.checkpoint.CheckpointError: c.json: checkpoint body does not have the \
+expected shape: slices['in:0'].next_offset must be an offset (an integer >= 0), got '3'
+    """
+
+    def wrong(what: str) -> CheckpointError:
+        return CheckpointError(f"{path}: checkpoint body does not have the expected shape: {what}")
+
+    model = body.get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("kind"), str):
+        raise wrong("model must be an object with a string 'kind'")
+    slices = body.get("slices")
+    if not isinstance(slices, dict):
+        raise wrong(f"slices must be an object, got {type(slices).__name__}")
+    for key, part in slices.items():
+        topic, colon, partition = key.rpartition(":")
+        if not (topic and colon and partition.isdigit()):
+            raise wrong(f"slice key {key!r:.80} is not 'topic:partition'")
+        if not isinstance(part, dict) or not isinstance(part.get("model"), dict):
+            raise wrong(f"slices[{key!r:.80}] must be an object with a 'model' object")
+        offset = part.get("next_offset")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise wrong(f"slices[{key!r:.80}].next_offset must be an offset (an integer >= 0), "
+                        f"got {offset!r:.40}")
+    feedback = body.get("feedback")
+    if not isinstance(feedback, dict) or not isinstance(feedback.get("entries"), list):
+        raise wrong("feedback must be an object with an 'entries' list")
+    for entry in feedback["entries"]:
+        if not (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[0], str)
+                and isinstance(entry[1], str) and (entry[2] is None or isinstance(entry[2], str))):
+            raise wrong(f"feedback entry {entry!r:.80} is not [id, slice, label, input]")
+    metrics = body.get("metrics")
+    if metrics is not None and not isinstance(metrics, dict):
+        raise wrong(f"metrics must be an object or null, got {type(metrics).__name__}")

@@ -33,13 +33,25 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
 from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.structs import OffsetAndMetadata
 
 from streamnb.config import KafkaSettings
 
-__all__ = ["KafkaIO", "Record", "TP", "create_topics", "produce", "producer_config", "read_all"]
+__all__ = [
+    "KafkaIO",
+    "Record",
+    "TP",
+    "client_config",
+    "create_topics",
+    "produce",
+    "producer_config",
+    "read_all",
+    "record_size",
+]
 
 log = logging.getLogger("streamnb.kafka")
 
@@ -76,16 +88,59 @@ def _tps(partitions: Iterable[TopicPartition]) -> list[TP]:
     return sorted((p.topic, p.partition) for p in partitions)
 
 
-def producer_config(settings: KafkaSettings) -> dict:
-    """kafka-python ``KafkaProducer`` arguments for the daemon's outputs."""
-    return {
+# kafka-python's own batch size for the outputs, unless a topic accepts less.
+PRODUCER_BATCH_BYTES = 256 * 1024
+# Kafka's default max.message.bytes (1 MiB + 12), for a topic whose limit cannot be read.
+KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1048588
+
+
+def client_config(settings: KafkaSettings) -> dict:
+    """The connection and security arguments every kafka-python client of the daemon gets
+    (consumer, producer child, admin client), from the ``[kafka]`` settings.
+
+    >>> from streamnb.config import KafkaSettings
+    >>> sorted(client_config(KafkaSettings()))
+    ['bootstrap_servers', 'security_protocol']
+    >>> config = client_config(KafkaSettings(security_protocol="SASL_SSL",
+    ...     sasl_mechanism="SCRAM-SHA-512", sasl_username="u", sasl_password="pw"))
+    >>> config["sasl_mechanism"], config["sasl_plain_username"], config["ssl_check_hostname"]
+    ('SCRAM-SHA-512', 'u', True)
+    """
+    config: dict = {
         "bootstrap_servers": settings.bootstrap_servers,
+        "security_protocol": settings.security_protocol,
+    }
+    if settings.security_protocol.startswith("SASL_"):
+        config["sasl_mechanism"] = settings.sasl_mechanism
+        config["sasl_plain_username"] = settings.sasl_username
+        config["sasl_plain_password"] = settings.sasl_password
+    if settings.security_protocol.endswith("SSL"):
+        config["ssl_check_hostname"] = settings.ssl_check_hostname
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if getattr(settings, key) is not None:
+                config[key] = str(getattr(settings, key))
+    return config
+
+
+def record_size(key: bytes | None, value: bytes | None, headers=None) -> int:
+    """The bytes one record takes in a record batch of its own: what the producer checks
+    against ``max_request_size`` and the broker against the topic's ``max.message.bytes``."""
+    return DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers or [])
+
+
+def producer_config(settings: KafkaSettings, max_record_bytes: int | None = None) -> dict:
+    """kafka-python ``KafkaProducer`` arguments for the daemon's outputs; ``max_record_bytes``
+    is the largest record an output topic accepts (its ``max.message.bytes``)."""
+    limit = max_record_bytes or KAFKA_DEFAULT_MAX_MESSAGE_BYTES
+    return {
+        **client_config(settings),
         "client_id": f"{settings.client_id}-producer",
         "acks": settings.producer_acks if settings.producer_acks == "all" else int(
             settings.producer_acks
         ),
         "linger_ms": settings.producer_linger_ms,
-        "batch_size": 256 * 1024,
+        "batch_size": min(PRODUCER_BATCH_BYTES, limit),
+        "max_request_size": limit,
         "enable_idempotence": settings.producer_acks == "all",
     }
 
@@ -110,6 +165,9 @@ class KafkaIO:
     """A consumer in a group (manual commits, batched polls) plus an asynchronous producer.
 
     ``on_assigned(tps)`` and ``on_revoked(tps, lost)`` are called from rebalances.
+    ``topic_limits`` maps each output topic to the largest record it accepts (see
+    :func:`topic_limits`); :meth:`room` answers from it, so the daemon never hands the
+    producer a record that would fail.
     """
 
     def __init__(
@@ -117,15 +175,17 @@ class KafkaIO:
         settings: KafkaSettings,
         on_assigned: Callable[[list[TP]], None],
         on_revoked: Callable[[list[TP], bool], None],
+        topic_limits: dict[str, int] | None = None,
     ):
         self.settings = settings
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
+        self.topic_limits = dict(topic_limits or {})
         self.producer = (ProducerProcess if settings.producer_process else Producer)(
-            producer_config(settings)
+            producer_config(settings, max(self.topic_limits.values(), default=None))
         )
         self.consumer = KafkaConsumer(
-            bootstrap_servers=settings.bootstrap_servers,
+            **client_config(settings),
             client_id=settings.client_id,
             group_id=settings.group_id,
             group_instance_id=settings.group_instance_id or None,
@@ -188,6 +248,13 @@ class KafkaIO:
         return True
 
     # ------------------------------------------------------------------ producing
+    def room(self, topic: str, key: bytes | None, headers=None) -> int:
+        """How many value bytes a record with ``key`` and ``headers`` may carry to ``topic``
+        (negative: not even an empty value fits)."""
+        limit = self.topic_limits.get(topic, KAFKA_DEFAULT_MAX_MESSAGE_BYTES)
+        # The value's length varint grows with it: up to 5 bytes, counted here.
+        return limit - record_size(key, b"", headers) - 5
+
     def send(
         self,
         topic: str,
@@ -222,8 +289,12 @@ class Producer:
             self._errors.append(error)
 
     def send(self, topic: str, key: bytes | None, value: bytes, headers=None) -> None:
-        self._producer.send(topic, value=value, key=key, headers=headers).add_errback(
-            self._on_error)
+        try:
+            future = self._producer.send(topic, value=value, key=key, headers=headers)
+        except KafkaError as error:  # e.g. MessageSizeTooLargeError: reported by flush
+            self._on_error(error)
+            return
+        future.add_errback(self._on_error)
 
     def push(self) -> None:
         """Nothing to do: records go to kafka-python's accumulator as they are sent."""
@@ -354,20 +425,78 @@ class KafkaDeliveryError(RuntimeError):
     """The producer could not deliver an output or dead-letter record."""
 
 
+# ---------------------------------------------------------------------- start-up
+def open_admin(settings: KafkaSettings, timeout: float) -> KafkaAdminClient:
+    """An admin client connected within ``timeout`` seconds (kafka-python raises
+    ``KafkaTimeoutError`` when no bootstrap server answered, or an authentication error)."""
+    return KafkaAdminClient(
+        **client_config(settings),
+        client_id=f"{settings.client_id}-admin",
+        bootstrap_timeout_ms=int(timeout * 1000),
+        request_timeout_ms=int(timeout * 1000),
+    )
+
+
+def topic_limits(admin: KafkaAdminClient, topics: Iterable[str]) -> dict[str, int]:
+    """Each topic's ``max.message.bytes``: the largest record batch the broker accepts there.
+
+    A topic whose limit cannot be read (it does not exist yet and the broker creates it on
+    first use, or the user lacks DescribeConfigs on it: the broker then answers with no
+    configs) gets the broker's ``message.max.bytes``, which is what a new topic is created
+    with, or Kafka's default; a warning says so.
+    """
+    topics = sorted(set(topics))
+    described = admin.describe_configs(
+        [ConfigResource("TOPIC", topic, ["max.message.bytes"]) for topic in topics],
+        config_filter="all",
+    ).get("topic", {})
+    default = None
+    limits = {}
+    for topic in topics:
+        entry = described.get(topic, {}).get("max.message.bytes")
+        if entry and entry.get("value"):
+            limits[topic] = int(entry["value"])
+            continue
+        if default is None:
+            default = _broker_max_message_bytes(admin)
+        limits[topic] = default
+        log.warning(
+            "max.message.bytes of topic %s could not be read (it does not exist yet, or this "
+            "user may not describe its configs): records to it are sized for %d bytes",
+            topic, default, extra={"event": "topic_limit_assumed", "topic": topic},
+        )
+    return limits
+
+
+def _broker_max_message_bytes(admin: KafkaAdminClient) -> int:
+    try:
+        brokers = admin.describe_cluster().get("brokers") or []
+        node = str(brokers[0]["broker_id"])
+        described = admin.describe_configs(
+            [ConfigResource("BROKER", node, ["message.max.bytes"])], config_filter="all"
+        )
+        return int(described["broker"][node]["message.max.bytes"]["value"])
+    except (KafkaError, KeyError, IndexError, TypeError, ValueError):
+        return KAFKA_DEFAULT_MAX_MESSAGE_BYTES
+
+
 # ---------------------------------------------------------------------- tools
 # Small helpers for scripts, tests and benchmarks, so they need not import kafka themselves.
 
 
-def create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
-    """Create topics with the given partition counts (replication 1); existing ones are kept."""
+def create_topics(
+    bootstrap: str, partitions: dict[str, int], configs: dict[str, dict[str, str]] | None = None
+) -> None:
+    """Create topics with the given partition counts (replication 1) and topic ``configs``
+    (e.g. ``{"max.message.bytes": "2000"}``); existing ones are kept."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="streamnb-admin")
     try:
         for name, count in partitions.items():
+            spec = {"num_partitions": count, "replication_factor": 1}
+            if configs and name in configs:
+                spec["configs"] = configs[name]
             with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics(
-                    {name: {"num_partitions": count, "replication_factor": 1}},
-                    wait_for_metadata=True,
-                )
+                admin.create_topics({name: spec}, wait_for_metadata=True)
     finally:
         admin.close()
 

@@ -35,8 +35,15 @@ from typing import Any
 from streamnb import __version__
 from streamnb.codec import Feedback, encode
 from streamnb.config import ConfigError, Settings, load_settings
-from streamnb.daemon.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from streamnb.daemon import startup
+from streamnb.daemon.checkpoint import (
+    CheckpointError,
+    check_daemon_body,
+    read_checkpoint,
+    write_checkpoint,
+)
 from streamnb.daemon.feedback import FeedbackStore, decide
+from streamnb.daemon.outputs import fit_dead_letter
 from streamnb.daemon.prepare import (
     DECODE_ERROR,
     FEEDBACK,
@@ -164,6 +171,7 @@ class Daemon:
         self.pending = 0  # records applied since the last checkpoint
         self.last_checkpoint = time.monotonic()
         self.dead_letter_counts: Counter[str] = Counter()
+        self.featurizer_reasons_logged: set[tuple[str, str]] = set()
         # Counter metrics are added up per batch: one call per batch instead of per message;
         # so are the latency histograms' observations.
         self._tally: Counter[tuple[str, str | None]] = Counter()
@@ -193,21 +201,28 @@ class Daemon:
         if body is None:
             log.info("no checkpoint at %s: starting empty", self.settings.checkpoint.path)
             return
-        model = body.get("model", {})
+        check_daemon_body(self.settings.checkpoint.path, body)
+        model = body["model"]
         if model.get("kind") != self.settings.model.kind:
             raise CheckpointError(
                 f"{self.settings.checkpoint.path} holds a {model.get('kind')!r} model but "
                 f"model.kind is {self.settings.model.kind!r}: move the checkpoint away or "
                 "change the config"
             )
-        for key, part in body["slices"].items():
-            self.parked[key] = self.load_model(part["model"])
-            self.offsets[key] = int(part["next_offset"])
-        self.store = FeedbackStore.from_state(
-            body["feedback"], self.settings.feedback.max_ids, self.settings.feedback.max_bytes
-        )
-        if body.get("metrics") is not None:
-            self.metrics.load_state(body["metrics"])
+        try:
+            for key, part in body["slices"].items():
+                self.parked[key] = self.load_model(part["model"])
+                self.offsets[key] = int(part["next_offset"])
+            self.store = FeedbackStore.from_state(
+                body["feedback"], self.settings.feedback.max_ids, self.settings.feedback.max_bytes
+            )
+            if body.get("metrics") is not None:
+                self.metrics.load_state(body["metrics"])
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+            raise CheckpointError(
+                f"{self.settings.checkpoint.path}: checkpoint body does not have the expected "
+                f"shape: {type(error).__name__}: {error}"
+            ) from None
         log.info(
             "loaded checkpoint %s: %d partition slice(s), %d remembered id(s)",
             self.settings.checkpoint.path,
@@ -305,6 +320,8 @@ class Daemon:
                     continue  # revoked while the batch was in flight: its new owner reads it
                 started = time.perf_counter()
                 result = self._prepare(record) if prepared is None else prepared[index]
+                if result is not None and result[0] == MESSAGE and result[5]:
+                    self._featurizer_noted(result[1], result[5])
                 if self._batches(key):
                     new = self._read_new(record, key, result, run_ids, started)
                     if new is not None:
@@ -342,7 +359,7 @@ class Daemon:
         id)."""
         if result is None or result[0] != MESSAGE:
             return None  # too large, a decode error, feedback, or rejected by the featurizer
-        _, msg_id, label, x, x_json = result
+        msg_id, label, x, x_json = result[1:5]
         if not self._label_allowed(label) or msg_id in self.store or msg_id in run_ids:
             return None
         if label is None and self.explain_k:
@@ -435,7 +452,7 @@ class Daemon:
         if kind == REJECTED:
             self._dead_letter(record, result[3], result[4])
             return
-        x, x_json = result[3:]
+        x, x_json = result[3:5]
         self._predict_and_learn(_NewMessage(record, key, msg_id, label, x, x_json, started))
 
     def _predict_and_learn(self, new: _NewMessage) -> None:
@@ -455,7 +472,12 @@ class Daemon:
             return
 
         self._tally["consumed", "labelled"] += 1
-        self.metrics.observe_labelled(label, _predicted(proba), proba)
+        if entry is not None and entry.label is not None:
+            # The id was learned already: scoring it again, by a model that knows it, would
+            # inflate accuracy. It is counted as a duplicate; its label acts as feedback.
+            self._tally["duplicate_message", None] += 1
+        else:
+            self.metrics.observe_labelled(label, _predicted(proba), proba)
         if entry is None:
             try:
                 self._learn(key, new.x, label)
@@ -549,11 +571,13 @@ class Daemon:
             prediction["explanation"] = self.live.explain_log_odds(x, self.explain_k)
         latency = time.perf_counter() - started
         prediction["latency_seconds"] = latency
-        self.io.send(
-            self.settings.kafka.output_topic,
-            msg_id.encode("utf-8", "surrogatepass"),
-            encode(prediction),
-        )
+        key, value = msg_id.encode("utf-8", "surrogatepass"), encode(prediction)
+        room = self.io.room(self.settings.kafka.output_topic, key, None)
+        if len(value) > room:  # a poison pill for the producer: the input is dead-lettered
+            self._dead_letter(record, "output_too_large", f"the prediction takes {len(value)} "
+                              f"bytes, the output topic accepts {max(room, 0)} with its key")
+            return
+        self.io.send(self.settings.kafka.output_topic, key, value)
         self._tally["prediction_emitted", None] += 1
         self._latencies.append(latency)
         if record.timestamp_ms and record.timestamp_ms > 0:
@@ -567,7 +591,8 @@ class Daemon:
             ("streamnb.source.partition", str(record.partition).encode()),
             ("streamnb.source.offset", str(record.offset).encode()),
         ]
-        self.io.send(self.settings.kafka.dead_letter_topic, record.key, record.value, headers)
+        topic = self.settings.kafka.dead_letter_topic
+        self.io.send(topic, *fit_dead_letter(self.io, topic, record.key, record.value, headers))
         self.metrics.dead_lettered(reason)
         self.dead_letter_counts[reason] += 1
         count = self.dead_letter_counts[reason]
@@ -591,6 +616,21 @@ class Daemon:
                     "count": count,
                 },
             )
+
+    def _featurizer_noted(self, msg_id: str, notes: tuple) -> None:
+        """Count what the featurizer cut short or found broken; log each reason's first."""
+        for kind, reason in notes:
+            self.metrics.featurizer_event(kind, reason)
+            if (kind, reason) not in self.featurizer_reasons_logged:
+                self.featurizer_reasons_logged.add((kind, reason))
+                log.warning(
+                    "featurizer: message %.200r %s (%s); further ones are counted in "
+                    "streamnb_featurizer_events_total, not logged",
+                    msg_id,
+                    "was cut short by its limit" if kind == "truncated" else "has a defect",
+                    reason,
+                    extra={"event": "featurizer", "kind": kind, "reason": reason, "id": msg_id},
+                )
 
     # ------------------------------------------------------------------ checkpoint
     def checkpoint(self, why: str, commit: bool = True, wait: bool = True) -> None:
@@ -906,6 +946,23 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
     table = settings.model.table()
     kind, options = resolve(table)  # the preset's options with [model.options] on top
     pipeline = build_pipeline(table, settings.features)
+    startup.check_checkpoint_location(settings.checkpoint.path)
+    if metrics is None:
+        from streamnb.metrics import Metrics
+
+        metrics = Metrics(
+            window=settings.metrics.window, positive_class=settings.metrics.positive_class
+        )
+        metrics.set_build_info(__version__, kind)
+        startup.serve_metrics(metrics, settings.metrics)
+    if io_factory is None:
+        from streamnb.daemon.kafka_io import KafkaIO
+
+        limits = startup.check_kafka(settings)
+
+        def io_factory(on_assigned, on_revoked):
+            return KafkaIO(settings.kafka, on_assigned, on_revoked, limits)
+
     preparer = None
     if settings.pipeline.prepare_process:
         from streamnb.daemon.prepare import ProcessPreparer
@@ -916,21 +973,6 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
             settings.limits.max_value_bytes,
             timeout=settings.kafka.stall_seconds,
         )
-    if metrics is None:
-        from streamnb.metrics import Metrics
-
-        metrics = Metrics(
-            window=settings.metrics.window, positive_class=settings.metrics.positive_class
-        )
-        metrics.set_build_info(__version__, kind)
-        if settings.metrics.port:
-            metrics.serve(settings.metrics.host, settings.metrics.port)
-    if io_factory is None:
-        from streamnb.daemon.kafka_io import KafkaIO
-
-        def io_factory(on_assigned, on_revoked):
-            return KafkaIO(settings.kafka, on_assigned, on_revoked)
-
     try:
         return Daemon(
             settings,
@@ -956,7 +998,7 @@ def main(args: argparse.Namespace) -> int:
     configure_logging(settings.logging.level, settings.logging.format)
     try:
         daemon = build_daemon(settings)
-    except (ValueError, TypeError, CheckpointError) as error:
+    except (ValueError, TypeError, CheckpointError, startup.StartupError) as error:
         # ValueError/TypeError: an unknown model kind or option, or featurizer option.
         print(f"streamnb: {error}", file=sys.stderr)
         return 2

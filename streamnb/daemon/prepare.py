@@ -13,7 +13,9 @@ reason and detail strings, never as exception objects, whose constructors do not
 
 * ``(DECODE_ERROR, reason, detail)`` — the value is not a valid message or feedback;
 * ``(FEEDBACK, id, label)``;
-* ``(MESSAGE, id, label, x, x_json)`` — the model input and its feedback-store encoding;
+* ``(MESSAGE, id, label, x, x_json, notes)`` — the model input, its feedback-store encoding,
+  and what the featurizer noted: ``("truncated", limit)`` for each limit that cut the message
+  short, ``("defect", name)`` for each defect its reader found (usually ``()``);
 * ``(REJECTED, id, label, reason, detail)`` — a message the featurizer could not read, with
   the reason and detail the daemon's dead letter carries;
 * ``None`` for a value over ``limits.max_value_bytes``: it is never decoded (nor sent to the
@@ -26,8 +28,11 @@ order: on SMS, unpickling the dicts cost the daemon 10 µs a record, the JSON 4 
 >>> from tests.daemon.fakes import WordPipeline
 >>> preparer = InProcessPreparer(WordPipeline(), max_value_bytes=100)
 >>> values = [b'{"id": "a", "text": "hi hi"}', b"[1]", b"x" * 101]
->>> preparer.results(preparer.submit(values, ["in:0:0", "in:0:1", "in:0:2"]))
-[(2, 'a', None, {'hi': 2}, b'{"hi":2}'), (0, 'bad_json', 'expected a JSON object, got list'), None]
+>>> results = preparer.results(preparer.submit(values, ["in:0:0", "in:0:1", "in:0:2"]))
+>>> results[0]
+(2, 'a', None, {'hi': 2}, b'{"hi":2}', ())
+>>> results[1:]
+[(0, 'bad_json', 'expected a JSON object, got list'), None]
 """
 
 from __future__ import annotations
@@ -72,12 +77,22 @@ def prepare_value(pipeline: Any, value: bytes | None, default_id: str) -> tuple:
     if isinstance(item, Feedback):
         return (FEEDBACK, item.id, item.label)
     try:
-        x = pipeline.prepare(item).x
+        prepared = pipeline.prepare(item)
+        x = prepared.x
         x_json = FeedbackStore.encode_x(x)
     except Exception as error:  # noqa: BLE001 - any parse failure is a dead letter
         return (REJECTED, item.id, item.label,
                 getattr(error, "reason", None) or "parse_error", str(error))
-    return (MESSAGE, item.id, item.label, x, x_json)
+    return (MESSAGE, item.id, item.label, x, x_json, _notes(prepared))
+
+
+def _notes(prepared: Any) -> tuple[tuple[str, str], ...]:
+    truncated = getattr(prepared, "truncated", ())
+    defects = getattr(prepared, "defects", ())
+    if not truncated and not defects:
+        return ()
+    return (*(("truncated", limit) for limit in truncated),
+            *(("defect", defect) for defect in defects))
 
 
 def _prepare_batch(pipeline: Any, values: Sequence[bytes | None | bool],
@@ -89,13 +104,13 @@ def _prepare_batch(pipeline: Any, values: Sequence[bytes | None | bool],
 
 def _without_token_counts(results: list[Result]) -> list[Result]:
     """``results`` for the pipe: a message's token counts are left to its ``x_json``."""
-    return [(MESSAGE, r[1], r[2], None, r[4]) if r and r[0] == MESSAGE and type(r[3]) is dict
-            else r for r in results]
+    return [(MESSAGE, r[1], r[2], None, r[4], r[5])
+            if r and r[0] == MESSAGE and type(r[3]) is dict else r for r in results]
 
 
 def _with_token_counts(results: list[Result]) -> list[Result]:
     """The inverse of :func:`_without_token_counts`."""
-    return [(MESSAGE, r[1], r[2], orjson.loads(r[4]), r[4])
+    return [(MESSAGE, r[1], r[2], orjson.loads(r[4]), r[4], r[5])
             if r and r[0] == MESSAGE and r[3] is None else r for r in results]
 
 

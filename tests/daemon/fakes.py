@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 import zlib
 from collections import Counter, defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from streamnb.codec import Message
 from streamnb.config import (
@@ -23,7 +24,7 @@ from streamnb.config import (
     Settings,
 )
 from streamnb.daemon import Daemon
-from streamnb.daemon.kafka_io import Record
+from streamnb.daemon.kafka_io import KAFKA_DEFAULT_MAX_MESSAGE_BYTES, Record, record_size
 from streamnb.pipeline import Prepared
 
 
@@ -104,8 +105,18 @@ class CountModel:
         return model
 
 
+@dataclass(slots=True)
+class PreparedWithDefects:
+    """A pipeline result whose mail reader reported defects (``Prepared`` plus ``defects``)."""
+
+    x: Any
+    truncated: tuple[str, ...] = ()
+    defects: tuple[str, ...] = ()
+
+
 class WordPipeline:
-    """Whitespace tokens of ``text``; the word ``CRASH`` makes the featurizer fail."""
+    """Whitespace tokens of ``text``; the word ``CRASH`` makes the featurizer fail, a word
+    ``CUT:<limit>`` reports that limit as hit, ``DEFECT:<name>`` a reader defect."""
 
     def prepare(self, message: Message) -> Prepared:
         if message.text is None:
@@ -116,7 +127,12 @@ class WordPipeline:
             error = ValueError("featurizer cannot read this")
             error.reason = "parse_error"
             raise error
-        return Prepared(dict(Counter(message.text.split())))
+        words = message.text.split()
+        truncated = tuple(w[4:] for w in words if w.startswith("CUT:"))
+        defects = tuple(w[7:] for w in words if w.startswith("DEFECT:"))
+        if defects:  # the real Prepared has no defects field until a reader reports them
+            return PreparedWithDefects(dict(Counter(words)), truncated, defects)
+        return Prepared(dict(Counter(words)), truncated)
 
 
 class RecordingMetrics:
@@ -166,8 +182,10 @@ class FakeKafka:
 class FakeIO:
     """The surface of :class:`streamnb.daemon.kafka_io.KafkaIO` over a :class:`FakeKafka`."""
 
-    def __init__(self, kafka: FakeKafka, topics, on_assigned, on_revoked, batch=7):
+    def __init__(self, kafka: FakeKafka, topics, on_assigned, on_revoked, batch=7,
+                 max_record_bytes=KAFKA_DEFAULT_MAX_MESSAGE_BYTES):
         self.kafka = kafka
+        self.max_record_bytes = max_record_bytes  # every output topic's max.message.bytes
         self.topics = topics
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
@@ -217,7 +235,12 @@ class FakeIO:
         self.committed.update(offsets)
         return True
 
+    def room(self, topic, key, headers=None):
+        return self.max_record_bytes - record_size(key, b"", headers) - 5
+
     def send(self, topic, key, value, headers=None):
+        size = record_size(key, value, headers)
+        assert size <= self.max_record_bytes, f"a {size}-byte record would poison the producer"
         self.outbox.append((topic, key, value, tuple(headers or ())))
 
     def flush(self, timeout=30.0):
@@ -249,9 +272,11 @@ def settings_for(tmp_path, **overrides) -> Settings:
     return replace(base, **overrides)
 
 
-def make_daemon(settings, kafka: FakeKafka, metrics=None, batch=7) -> Daemon:
+def make_daemon(settings, kafka: FakeKafka, metrics=None, batch=7,
+                max_record_bytes=KAFKA_DEFAULT_MAX_MESSAGE_BYTES) -> Daemon:
     def io_factory(on_assigned, on_revoked):
-        return FakeIO(kafka, settings.kafka.input_topics, on_assigned, on_revoked, batch=batch)
+        return FakeIO(kafka, settings.kafka.input_topics, on_assigned, on_revoked, batch=batch,
+                      max_record_bytes=max_record_bytes)
 
     return Daemon(
         settings,

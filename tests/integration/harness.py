@@ -96,9 +96,11 @@ class DaemonProcess:
     #: Exit code of a daemon that found its Kafka client stalled (see PollWatchdog).
     STALLED = 3
 
-    def __init__(self, config: Path, log: Path, max_restarts: int = 2):
+    def __init__(self, config: Path, log: Path, max_restarts: int = 2,
+                 env: dict[str, str] | None = None):
         DaemonProcess.started.append(self)
         self.config = config
+        self.env = dict(env or {})  # added to this process's environment
         self.log_path = log
         self._log = open(log, "ab")  # noqa: SIM115 - closed in terminate()/kill()
         self.restarts = 0
@@ -110,7 +112,7 @@ class DaemonProcess:
         self._supervisor.start()
 
     def _launch(self) -> subprocess.Popen:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "PYTHONPATH": str(REPO), **self.env}
         return subprocess.Popen(
             [sys.executable, "-m", "streamnb", "run", "--config", str(self.config)],
             cwd=REPO,
