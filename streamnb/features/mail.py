@@ -77,17 +77,20 @@ DEFECTS = {
 
 _MIME_HEADERS = ("content-type", "content-transfer-encoding", "content-disposition")
 # The longest run of header lines at the start of an entity (RFC 5322 2.2, 3.6.8): fields
-# (a name of printable ASCII but ':', white space before the colon allowed as in the obsolete
-# syntax) and continuation lines (starting with white space), after an optional mbox "From "
-# line. Some archived articles start with the continuation lines of a header whose first line
-# was cut. Possessive quantifiers: linear on a long first line with no colon.
+# and continuation lines (starting with white space), after an optional mbox "From " line.
+# Some archived articles start with the continuation lines of a header whose first line was
+# cut. A field name is printable ASCII but ':' (real mail has "X-Copyright(C)", ">Received"),
+# '<' and '/', and not followed by "//": a first line "<html><title>::...", "http://..." or
+# "/etc/init.d/httpd: ..." is text, not a field. White space before the colon is the obsolete
+# syntax. Possessive quantifiers: linear on a long first line with no colon.
+_FIELD_NAME = rb"[!-.0-9;=-~]++[ \t]*+:(?!//)"
 _HEADER_LINES_RE = re.compile(
-    rb"(?:From [^\n]*+(?:\n|\Z))?(?:(?:[ \t]|[!-9;-~]++[ \t]*+:)[^\n]*+(?:\n|\Z))*+"
+    rb"(?:From [^\n]*+(?:\n|\Z))?(?:(?:[ \t]|" + _FIELD_NAME + rb")[^\n]*+(?:\n|\Z))*+"
 )
 # An encoded word left open at the end of a line, and the rest of one at the start of a line.
 _OPEN_ENCODED_WORD_RE = re.compile(rb"=\?[^?\s]{1,40}\?[bBqQ]\?[^?\s]{0,200}$")
 _ENCODED_WORD_TAIL_RE = re.compile(rb"[^?\s]{1,200}\?=")
-_FIELD_NAME_RE = re.compile(rb"([!-9;-~]++)[ \t]*+:")
+_FIELD_NAME_RE = re.compile(rb"([!-.0-9;=-~]++)[ \t]*+:")
 # Fields that identify a header block when no empty line closes it (RFC 5322, 2045, 2369,
 # Usenet's 5536, and what mail systems add); see _split_entity.
 _KNOWN_FIELDS = frozenset(

@@ -81,6 +81,18 @@ def test_field_shaped_first_line_of_a_mail_without_headers_is_body(first_line):
     assert "buy" in body_words(raw) and "now" in body_words(raw)
 
 
+@pytest.mark.parametrize(
+    "line", [b"http://x.example.com/a", b"<html><head><title>::FREE QUOTE::</title>"]
+)
+@pytest.mark.parametrize("headers", [b"", b"Subject: hi\n"])
+def test_a_url_or_markup_line_is_text_even_before_an_empty_line(headers, line):
+    # "http:" and "<html><head><title>" have the shape of field names; no mail system writes
+    # them, and taking them as fields would drop the link and the title
+    mail = read_mail(headers + line + b"\n\nmore\n")
+    assert mail.text.startswith(line.decode()) and mail.text.endswith("\n\nmore\n")
+    assert mail.subject == ("hi" if headers else "")
+
+
 def test_unknown_field_after_known_ones_starts_the_body_when_nothing_closes_the_headers():
     raw = b"Subject: offer\nDate: Mon, 1 Jan 2024\nNote: this is text\nmore text\n"
     mail = read_mail(raw)
