@@ -95,7 +95,7 @@ class Featurizer:
             counts.update(self._header_tokens(mail))
         if options.mime_tokens:
             counts.update(_mime_tokens(mail))
-        if options.defect_tokens:
+        if options.defect_tokens and mail.defects:
             counts.update("defect:" + d for d in mail.defects)
         numeric = None
         if options.meta_features:
