@@ -348,7 +348,8 @@ def _split_irregular(data: bytes, end: int, defects: list[str]) -> tuple[bytes, 
     or ``Note: ...`` of a mail that has no headers at all). Only fields with a name a mail
     system writes (:data:`_KNOWN_FIELDS`, ``X-``, ``Content-``, ...) are taken as headers
     then: the first other line starts the body, so its text is read, not dropped. With no
-    field at all, everything but an mbox ``From`` line is body.
+    field at all, all of it is body, a first line ``From ...`` included: without headers after
+    it, it is as likely a sentence ("From the desk of ...") as an mbox envelope.
     """
     if not data:
         return b"", b""
@@ -364,9 +365,8 @@ def _split_irregular(data: bytes, end: int, defects: list[str]) -> tuple[bytes, 
             fields += 1
         cut = pos = next_line
     if not fields:
-        envelope = (data.find(b"\n") + 1 or len(data)) if data.startswith(b"From ") else 0
         _note(defects, "no_headers")
-        return data[:envelope], data[envelope:]
+        return b"", data
     if data[0] in b" \t":
         _note(defects, "first_line_is_continuation")
     if closed and cut == end:
