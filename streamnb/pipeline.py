@@ -26,10 +26,12 @@ class PipelineError(ValueError):
 
 @dataclass(slots=True)
 class Prepared:
-    """The model input for one message, and what the featurizer had to cut short."""
+    """The model input for one message, what the featurizer had to cut short (the limits, as
+    in :attr:`Features.truncated`) and what was malformed in the mail (:attr:`Features.defects`)."""
 
     x: Any
     truncated: tuple[str, ...] = field(default_factory=tuple)
+    defects: tuple[str, ...] = field(default_factory=tuple)
 
 
 class Pipeline:
@@ -64,8 +66,8 @@ class Pipeline:
                 raise PipelineError(
                     "wrong_body", "a GDA model needs 'features' or featurizer meta-features"
                 )
-            return Prepared(list(result.numeric), tuple(result.truncated))
-        return Prepared(result.tokens, tuple(result.truncated))
+            return Prepared(list(result.numeric), tuple(result.truncated), result.defects)
+        return Prepared(result.tokens, tuple(result.truncated), result.defects)
 
     def prepare_many(self, messages: Sequence[Message]) -> list[Prepared]:
         return [self.prepare(m) for m in messages]

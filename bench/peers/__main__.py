@@ -9,6 +9,10 @@ filter is scored by ``streamnb.evaluation.scoring`` from its own per-message sco
     python -m bench.peers --write docs/benchmarks.md
     python -m bench.peers --streams sms --peers streamnb,bogofilter --limit 1000
     python -m bench.peers --peers streamnb,bogofilter --set model.alpha=0.1 --cache /tmp/peers
+    python -m bench.peers --streams spamassassin+subject-noblank --peers streamnb,bogofilter
+
+A stream name ``<stream>+<view>`` replays the stream's mail in one of the forms public corpora
+come in (``streamnb.evaluation.views``: subject-blank, subject-noblank, body-only, html-text).
 
 streamnb runs with ``./config.toml`` (``--config``, ``--set`` as in ``streamnb evaluate``).
 ``--cache DIR`` keeps every other filter's row and reuses it on the next run with the same
@@ -35,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.peers.filters import BUDGETED, PEERS, make_filter
-from bench.peers.streams import DEFAULT_DATA, STREAMS, load
+from bench.peers.streams import DEFAULT_DATA, STREAMS, load, stream_named
 from streamnb.evaluation import scoring
 from streamnb.evaluation.options import Tables
 
@@ -56,7 +60,7 @@ def run_child(
     budget: float,
     tables: Tables | None = None,
 ) -> dict:
-    stream = STREAMS[stream_name]
+    stream = stream_named(stream_name)
     messages = load(stream, data, limit)
     classes = sorted({m.label for m in messages})
     flt = make_filter(peer, classes, tables)
@@ -156,7 +160,7 @@ def table(rows: list[dict]) -> str:
 def render(rows: list[dict], machine: dict, command: str) -> str:
     streams = {r["stream"] for r in rows}
     described = "\n".join(
-        f"- **{name}**: {STREAMS[name].description}" for name in STREAMS if name in streams
+        f"- **{name}**: {stream_named(name).description}" for name in sorted(streams)
     )
     streamnb_options = sorted({r["options"] for r in rows if r.get("options")})
     options = "".join(f"streamnb options: `{o}`.\n\n" for o in streamnb_options)
@@ -235,8 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     streams = [s.strip() for s in args.streams.split(",") if s.strip()]
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     for name in streams:
-        if name not in STREAMS:
-            parser.error(f"unknown stream {name!r}; known: {', '.join(STREAMS)}")
+        try:
+            stream_named(name)
+        except KeyError:
+            parser.error(f"unknown stream {name!r}; known: {', '.join(STREAMS)}, each also as "
+                         f"<stream>+<view> with a view of streamnb.evaluation.views")
     for name in peers:
         if name not in PEERS:
             parser.error(f"unknown filter {name!r}; known: {', '.join(PEERS)}")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from streamnb.codec import Message
 from streamnb.evaluation.corpora import read_corpus
+from streamnb.evaluation.views import VIEWS, view_messages
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -19,6 +20,7 @@ class Stream:
     shuffle: int | None
     mask_received: bool = False
     description: str = ""
+    view: str = "original"  # streamnb.evaluation.views: the form the mail is given in
 
 
 STREAMS = {
@@ -71,4 +73,24 @@ def load(stream: Stream, data: Path, limit: int | None = None) -> list[Message]:
         messages = [
             Message(id=m.id, label=m.label, raw=mask_received(m.raw)) for m in messages
         ]
-    return messages
+    return view_messages(messages, stream.view)
+
+
+def stream_named(name: str) -> Stream:
+    """A stream of :data:`STREAMS` by name, or ``<stream>+<view>`` for one of its views.
+
+    >>> stream_named("spamassassin+subject-noblank").view
+    'subject-noblank'
+    """
+    base, _, view = name.partition("+")
+    if view and view not in VIEWS:
+        raise KeyError(name)
+    return in_view(STREAMS[base], view or "original")
+
+
+def in_view(stream: Stream, view: str) -> Stream:
+    """``stream`` with its mail rewritten into ``view``, named ``<stream>+<view>``."""
+    if view == "original":
+        return stream
+    return replace(stream, name=f"{stream.name}+{view}", view=view,
+                   description=f"{stream.description}, view {view}")

@@ -58,6 +58,7 @@ class Corpus:
     path: Path
     format: str
     messages: list[Message] = field(default_factory=list)
+    view: str = "original"  # the form of the mail (streamnb.evaluation.views)
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -72,10 +73,16 @@ class Corpus:
         """The same messages in a seeded random order (``random.Random(seed).shuffle``)."""
         messages = list(self.messages)
         random.Random(seed).shuffle(messages)
-        return Corpus(self.path, self.format, messages)
+        return Corpus(self.path, self.format, messages, self.view)
 
     def head(self, limit: int) -> Corpus:
-        return Corpus(self.path, self.format, self.messages[:limit])
+        return Corpus(self.path, self.format, self.messages[:limit], self.view)
+
+    def in_view(self, view: str) -> Corpus:
+        """The same messages with their mail rewritten into ``view`` (see :mod:`.views`)."""
+        from streamnb.evaluation.views import view_messages
+
+        return Corpus(self.path, self.format, view_messages(self.messages, view), view)
 
 
 def read_corpus(

@@ -33,6 +33,7 @@ from streamnb.evaluation.corpora import FORMATS, Corpus, CorpusError, read_corpu
 from streamnb.evaluation.featurecache import cached_featurize
 from streamnb.evaluation.options import OptionsError, Tables
 from streamnb.evaluation.replay import Featurizations, ReplayResult, featurize_all, replay
+from streamnb.evaluation.views import VIEWS
 
 __all__ = ["EvaluationRun", "add_arguments", "evaluate_corpus", "format_table", "main"]
 
@@ -69,6 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     order.add_argument(
         "--limit", type=int, metavar="N", help="only the first N messages (after --shuffle)"
+    )
+    order.add_argument(
+        "--view",
+        choices=VIEWS,
+        default="original",
+        help="replay the mail in the form public corpora come in: headers removed but "
+        "Subject: (with or without the empty line after it), the body only, HTML as text",
     )
     order.add_argument(
         "--positive",
@@ -190,6 +198,10 @@ def format_table(corpus: Corpus, runs: list[EvaluationRun], header: str) -> str:
     ]
     if any(f["skipped"] for f in figures):
         rows.append(("skipped", [json.dumps(f["skipped"]) for f in figures]))
+    if any(f.get("truncated") for f in figures):
+        rows.append(("truncated (messages)", [str(f["truncated"]) for f in figures]))
+    for defect in sorted({d for f in figures for d in f.get("defects", {})}):
+        rows.append((f"defect {defect}", [str(f["defects"].get(defect, 0)) for f in figures]))
     names = [run.name for run in runs]
     label_width = max(len(label) for label, _ in rows)
     widths = [max(len(n), *(len(values[i]) for _, values in rows)) for i, n in enumerate(names)]
@@ -209,8 +221,9 @@ def _header(corpus: Corpus, args: argparse.Namespace, base: Tables) -> str:
     counts = ", ".join(f"{c} {n:,}" for c, n in corpus.label_counts().items())
     order = f"shuffle {args.shuffle}" if args.shuffle is not None else "corpus order"
     limit = f", first {args.limit:,}" if args.limit else ""
+    view = f", view {corpus.view}" if corpus.view != "original" else ""
     return (
-        f"corpus: {corpus.path} ({corpus.format}, {order}{limit}): "
+        f"corpus: {corpus.path} ({corpus.format}, {order}{limit}{view}): "
         f"{len(corpus):,} messages ({counts})\n"
         f"options ({base.source}): {base.describe()}"
     )
@@ -250,6 +263,7 @@ def main(args: argparse.Namespace) -> int:
         base = options_module.tables_from_args(args)
         variants = _variants(args, base)
         corpus = read_corpus(args.path, args.format, shuffle=args.shuffle, limit=args.limit)
+        corpus = corpus.in_view(args.view)
         progress = not args.quiet and sys.stderr.isatty()
         runs = evaluate_corpus(
             corpus,
@@ -282,6 +296,7 @@ def main(args: argparse.Namespace) -> int:
                 "format": corpus.format,
                 "shuffle": args.shuffle,
                 "limit": args.limit,
+                "view": corpus.view,
                 "name": run.name,
                 "model": run.tables.model,
                 "features": run.tables.features,

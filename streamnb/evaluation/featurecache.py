@@ -3,12 +3,13 @@
 Tuning model options means replaying one stream many times; featurizing raw mail is often more
 than half of a replay. ``streamnb evaluate --feature-cache DIR`` keeps each stream's pipeline
 outputs in DIR, keyed by everything that could change them: the corpus files (path, size,
-modification time), the message order (shuffle, limit), the ``[features]`` table, whether the
-model takes numeric input, and the source code of the featurizer, pipeline and codec. Change any
-of them and the entry is simply not found.
+modification time), the message order (shuffle, limit), the view, the ``[features]`` table,
+whether the model takes numeric input, and the source code of the featurizer, pipeline and
+codec. Change any of them and the entry is simply not found.
 
 Entries are JSON (never pickle, so a cache folder others can write to cannot run code): token
-counts, numeric vectors, what the featurizer truncated, and rejection reasons. An entry that
+counts, numeric vectors, what the featurizer truncated, the mail's defects, and rejection
+reasons. An entry that
 cannot be read is featurized again and replaced.
 
 >>> key_of({"corpus": "x"}) == key_of({"corpus": "x"}) != key_of({"corpus": "y"})
@@ -34,7 +35,7 @@ from streamnb.pipeline import Prepared
 log = logging.getLogger("streamnb.evaluation")
 
 #: Bumped when the layout of an entry changes; part of every key.
-ENTRY_VERSION = 1
+ENTRY_VERSION = 2
 
 __all__ = ["cached_featurize", "key_of"]
 
@@ -73,6 +74,7 @@ def cached_featurize(pipeline, corpus: Corpus, features: dict, directory: Path) 
         {
             "corpus": _corpus_files(corpus),
             "format": corpus.format,
+            "view": corpus.view,
             "order": order,
             "features": features,
             "numeric": pipeline.numeric,
@@ -111,10 +113,11 @@ def _encode(featurized: Featurizations) -> dict:
         if isinstance(item, str):  # the reason the message was rejected
             prepared.append({"rejected": item})
         elif isinstance(item.x, dict):
-            prepared.append({"tokens": item.x, "truncated": list(item.truncated)})
+            prepared.append({"tokens": item.x, "truncated": list(item.truncated),
+                             "defects": list(item.defects)})
         else:
             prepared.append({"numeric": [_number(float(v)) for v in item.x],
-                             "truncated": list(item.truncated)})
+                             "truncated": list(item.truncated), "defects": list(item.defects)})
     return {"version": ENTRY_VERSION, "prepared": prepared, "seconds": featurized.seconds}
 
 
@@ -126,8 +129,9 @@ def _decode(body: dict) -> Featurizations:
         if "rejected" in item:
             prepared.append(str(item["rejected"]))
         elif "tokens" in item:
-            prepared.append(Prepared(dict(item["tokens"]), tuple(item["truncated"])))
+            prepared.append(Prepared(dict(item["tokens"]), tuple(item["truncated"]),
+                                     tuple(item["defects"])))
         else:
             prepared.append(Prepared([float(v) for v in item["numeric"]],
-                                     tuple(item["truncated"])))
+                                     tuple(item["truncated"]), tuple(item["defects"])))
     return Featurizations(prepared, [float(v) for v in body["seconds"]])

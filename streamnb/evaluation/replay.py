@@ -61,6 +61,7 @@ class Featurized:
     tokens: Any
     numeric: Any = None
     truncated: tuple = ()
+    defects: tuple = ()
 
 
 @dataclass
@@ -111,6 +112,7 @@ class ReplayResult:
     log_proba: list[dict[str, float]] = field(default_factory=list)
     skipped: Counter = field(default_factory=Counter)
     truncated: int = 0
+    defects: Counter = field(default_factory=Counter)  # messages with each mail defect
     seconds_featurize: float = 0.0
     seconds_model: float = 0.0
 
@@ -217,6 +219,7 @@ def replay(
             result.seconds_model += clock() - prepared_at
             if getattr(prepared, "truncated", ()):
                 result.truncated += 1
+            result.defects.update(getattr(prepared, "defects", ()))
             log_proba = {str(c): float(v) for c, v in log_proba.items()}
             result.ids.append(message.id)
             result.labels.append(message.label)
@@ -288,6 +291,7 @@ def report(result: ReplayResult, positive: str | None = None) -> dict:
     out["msgs_per_s"] = result.n / result.seconds if result.seconds > 0 else float("inf")
     out["skipped"] = dict(result.skipped)
     out["truncated"] = result.truncated
+    out["defects"] = dict(sorted(result.defects.items()))
     return out
 
 

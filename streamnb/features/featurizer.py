@@ -47,7 +47,11 @@ class Features:
 
     tokens: dict[str, int] = field(default_factory=dict)
     numeric: list[float] | None = None
+    #: The limits that cut the message short (``max_bytes``, ``max_parts``, ``max_depth``,
+    #: ``max_text_chars``, ``max_tokens``, ``max_seconds``); () when it was read whole.
     truncated: tuple[str, ...] = ()
+    #: Structural defects of the mail (:data:`streamnb.features.mail.DEFECTS`); () if none.
+    defects: tuple[str, ...] = ()
 
 
 class Featurizer:
@@ -91,10 +95,12 @@ class Featurizer:
             counts.update(self._header_tokens(mail))
         if options.mime_tokens:
             counts.update(_mime_tokens(mail))
+        if options.defect_tokens and mail.defects:
+            counts.update("defect:" + d for d in mail.defects)
         numeric = None
         if options.meta_features:
             numeric = meta_features(mail, text, counts, n_words, hosts)
-        return Features(self._hashed(counts), numeric, tuple(budget.hit))
+        return Features(self._hashed(counts), numeric, tuple(budget.hit), mail.defects)
 
     def from_text(self, text: str) -> Features:
         """Features of plain text (an SMS, a note): the same tokenizer, no headers."""
@@ -118,7 +124,7 @@ class Featurizer:
             tokens = tokens[: self.options.max_tokens]
         if self.options.lowercase:
             tokens = [t.lower() for t in tokens]
-        return Features(self._hashed(Counter(tokens)), None, tuple(budget.hit))
+        return Features(self._hashed(Counter(tokens)), None, tuple(budget.hit))  # no defects
 
     def _hashed(self, counts: Counter[str]) -> Counter[str]:
         """``counts`` with each token replaced by its hash bucket, if ``hash_buckets`` is set."""

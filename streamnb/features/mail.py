@@ -46,6 +46,7 @@ from streamnb.features.options import FeaturizerOptions
 
 __all__ = [
     "Attachment",
+    "DEFECTS",
     "Budget",
     "ParsedMail",
     "TextPart",
@@ -56,12 +57,53 @@ __all__ = [
 
 _DEFAULT_OPTIONS = FeaturizerOptions()
 
-# One header line plus its folded continuation lines. Field names are printable ASCII without
-# ':' (RFC 5322); a leading "From " mbox line or other junk simply does not match.
+#: What :attr:`ParsedMail.defects` can name. The reader never drops text for a defect; each says
+#: how it read the mail anyway.
+DEFECTS = {
+    "no_headers": "the message does not start with a header field: all of it is body",
+    "missing_header_body_separator": "no empty line after the headers: the body starts at the "
+    "first line that is not a header field (or not a known one)",
+    "first_line_is_continuation": "the headers start with a continuation line (a cut header)",
+    "encoded_word_split_across_lines": "an encoded word folded with no white space before its "
+    "rest: the line is joined to the field",
+    "invalid_content_type": "a Content-Type without a type/subtype: read as text/plain",
+    "multipart_without_boundary": "a multipart with no boundary parameter: its body read as text",
+    "boundary_not_found": "a multipart whose boundary never occurs: its body read as text",
+    "close_boundary_not_found": "no closing boundary: the last part runs to the end",
+    "unknown_transfer_encoding": "a Content-Transfer-Encoding RFC 2045 does not define: "
+    "the body read as it is",
+    "invalid_base64": "a base64 body with bytes outside the alphabet or bad padding: repaired",
+}
+
 _MIME_HEADERS = ("content-type", "content-transfer-encoding", "content-disposition")
-# A mail starts with a header line (or an mbox "From " line); some archived articles start
-# with the continuation lines of a header whose first line was cut off.
-_LOOKS_LIKE_HEADER_RE = re.compile(rb"(?:[ \t][^\n]*+\n)*+(?:From |>?[!-9;-~]+[ \t]*:)")
+# The longest run of header lines at the start of an entity (RFC 5322 2.2, 3.6.8): fields
+# and continuation lines (starting with white space), after an optional mbox "From " line.
+# Some archived articles start with the continuation lines of a header whose first line was
+# cut. A field name is printable ASCII but ':' (real mail has "X-Copyright(C)", ">Received"),
+# '<' and '/', and not followed by "//": a first line "<html><title>::...", "http://..." or
+# "/etc/init.d/httpd: ..." is text, not a field. White space before the colon is the obsolete
+# syntax. Possessive quantifiers: linear on a long first line with no colon.
+_FIELD_NAME = rb"[!-.0-9;=-~]++[ \t]*+:(?!//)"
+_HEADER_LINES_RE = re.compile(
+    rb"(?:From [^\n]*+(?:\n|\Z))?(?:(?:[ \t]|" + _FIELD_NAME + rb")[^\n]*+(?:\n|\Z))*+"
+)
+# An encoded word left open at the end of a line, and the rest of one at the start of a line.
+_OPEN_ENCODED_WORD_RE = re.compile(rb"=\?[^?\s]{1,40}\?[bBqQ]\?[^?\s]{0,200}$")
+_ENCODED_WORD_TAIL_RE = re.compile(rb"[^?\s]{1,200}\?=")
+_FIELD_NAME_RE = re.compile(rb"([!-.0-9;=-~]++)[ \t]*+:")
+# Fields that identify a header block when no empty line closes it (RFC 5322, 2045, 2369,
+# Usenet's 5536, and what mail systems add); see _split_entity.
+_KNOWN_FIELDS = frozenset(
+    b"""
+    date from sender reply-to to cc bcc message-id in-reply-to references subject comments
+    keywords received return-path delivered-to envelope-to errors-to mime-version precedence
+    organization user-agent importance priority sensitivity thread-topic thread-index
+    disposition-notification-to return-receipt-to authentication-results received-spf
+    dkim-signature domainkey-signature newsgroups path followup-to distribution summary lines
+    approved xref expires supersedes article-id status
+    """.split()
+)
+_KNOWN_FIELD_PREFIXES = (b"x-", b"content-", b"list-", b"resent-", b"arc-", b"nntp-")
 # Encoded words may not contain spaces, but mailers wrote "=?GB2312?Q?Re: =D4=AD...?=" anyway.
 _ENCODED_WORD_RE = re.compile(r"=\?([^?\s]{1,40})\?([bBqQ])\?([^?]*)\?=")
 _ENCODED_WORD_CHARSET_RE = re.compile(rb"=\?([!-~]{1,40}?)\?[bBqQ]\?")
@@ -112,7 +154,12 @@ class ParsedMail:
     charsets: list[str] = field(default_factory=list)  # every charset declared, in order
     n_parts: int = 0  # MIME entities visited, the top level included
     size: int = 0  # raw bytes (before truncation)
+    #: The limits (``max_bytes``, ``max_parts``, ...) that cut this message short, in the order
+    #: they were hit; () when all of it was read.
     truncated: tuple[str, ...] = ()
+    #: What was irregular in the message's structure (:data:`DEFECTS`), each once, in the
+    #: order found; () for well-formed mail. Nothing is dropped for a defect.
+    defects: tuple[str, ...] = ()
 
     def header(self, name: str) -> str:
         """The first value of header ``name`` ('' if absent)."""
@@ -196,13 +243,14 @@ def read_mail(
     raw = bytes(raw)
     if b"\r" in raw:
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    header_block, body = _split_entity(raw)
+    defects: list[str] = []
+    header_block, body = _split_entity(raw, defects)
     headers = _parse_headers(header_block, _wanted_headers(options.header_fields))
     # 8-bit text with no (usable) charset of its own is read with one the message declares
     # elsewhere: in an encoded word of a header, or in a Content-Type.
     encoded_words = b"=?" in header_block
     hint = _encoded_word_charset(headers) if encoded_words else None
-    _read_entities(mail, headers, body, hint, options, budget)
+    _read_entities(mail, headers, body, hint, options, budget, defects)
     if hint is None and mail.charsets:
         hint = mail.charsets[0]
     plain = header_block.isascii() and not encoded_words  # nearly all mail: nothing to decode
@@ -220,6 +268,7 @@ def read_mail(
         for value in mail.headers.get(name, ()):
             mail.to_addrs.extend(a.lower() for a in ADDRESS_RE.findall(value))
     mail.truncated = tuple(budget.hit)
+    mail.defects = tuple(defects)
     return mail
 
 
@@ -248,16 +297,88 @@ def _wanted_headers(header_fields: tuple[str, ...]) -> re.Pattern[bytes]:
 _MIME_HEADER_RE = _header_re(_MIME_HEADERS)
 
 
-def _split_entity(data: bytes) -> tuple[bytes, bytes]:
-    """(header block, body) of an entity; no headers at all if it does not start like a mail."""
+def _split_entity(data: bytes, defects: list[str]) -> tuple[bytes, bytes]:
+    """(header block, body) of an entity, as mail software draws the line (RFC 5322 2.1).
+
+    The header block ends at the first line that is neither a header field nor a continuation
+    line; an empty line there is the separator and is dropped, any other line starts the body
+    (the standard library's ``MissingHeaderBodySeparatorDefect``). Irregular forms are noted
+    in ``defects``.
+    """
     if data.startswith(b"\n"):
         return b"", data[1:]
-    if not _LOOKS_LIKE_HEADER_RE.match(data):
+    end = _HEADER_LINES_RE.match(data).end()
+    if end and data.startswith(b"\n", end) and data[0] not in b" \t":  # nearly all mail
+        return data[: end - 1], data[end + 1 :]
+    end, glued = _glue_split_encoded_words(data, end)
+    if glued:
+        _note(defects, "encoded_word_split_across_lines")
+        starts, ends = (0, *glued), (*(g - 1 for g in glued), None)  # each newline left out
+        data = b"".join(data[a:b] for a, b in zip(starts, ends, strict=True))
+        end -= len(glued)
+    return _split_irregular(data, end, defects)
+
+
+def _glue_split_encoded_words(data: bytes, end: int) -> tuple[int, list[int]]:
+    """Header lines that go on past lines holding only the rest of an encoded word.
+
+    Some mailers (and corpus tools) folded a long encoded word without the white space that
+    marks a continuation (``Subject: =?gb2312?B?UmU6...+`` then ``fn4=?=`` at the start of the
+    next line). Such a line continues the field: returns the new end of the header lines and
+    the offsets of the lines to join to the line before.
+    """
+    glued: list[int] = []
+    while 0 < end < len(data) and data[end - 1] == 0x0A and len(glued) < 100:
+        line_start = data.rfind(b"\n", 0, end - 1) + 1
+        if not _OPEN_ENCODED_WORD_RE.search(data, max(line_start, end - 300), end - 1):
+            break
+        tail = _ENCODED_WORD_TAIL_RE.match(data, end)
+        if not tail:
+            break
+        glued.append(end)
+        end = _HEADER_LINES_RE.match(data, data.find(b"\n", end) + 1 or len(data)).end()
+    return end, glued
+
+
+def _split_irregular(data: bytes, end: int, defects: list[str]) -> tuple[bytes, bytes]:
+    """:func:`_split_entity` for an entity whose header lines (``data[:end]``) are not closed by
+    an empty line, or that starts with a continuation line.
+
+    Without the empty line, lines shaped like fields may be text (a first line ``http://...``
+    or ``Note: ...`` of a mail that has no headers at all). Only fields with a name a mail
+    system writes (:data:`_KNOWN_FIELDS`, ``X-``, ``Content-``, ...) are taken as headers
+    then: the first other line starts the body, so its text is read, not dropped. With no
+    field at all, all of it is body, a first line ``From ...`` included: without headers after
+    it, it is as likely a sentence ("From the desk of ...") as an mbox envelope.
+    """
+    if not data:
+        return b"", b""
+    closed = data.startswith(b"\n", end)
+    cut, fields, pos = 0, 0, 0
+    while pos < end:
+        newline = data.find(b"\n", pos, end)
+        next_line = end if newline < 0 else newline + 1
+        if data[pos] not in b" \t" and not data.startswith(b"From ", pos):
+            name = _FIELD_NAME_RE.match(data, pos).group(1).lower()
+            if not (closed or name in _KNOWN_FIELDS or name.startswith(_KNOWN_FIELD_PREFIXES)):
+                break
+            fields += 1
+        cut = pos = next_line
+    if not fields:
+        _note(defects, "no_headers")
         return b"", data
-    end = data.find(b"\n\n")
-    if end < 0:
-        return data, b""
-    return data[:end], data[end + 2 :]
+    if data[0] in b" \t":
+        _note(defects, "first_line_is_continuation")
+    if closed and cut == end:
+        return data[: end - 1], data[end + 1 :]
+    if cut < len(data):
+        _note(defects, "missing_header_body_separator")
+    return data[:cut], data[cut:]
+
+
+def _note(defects: list[str], defect: str) -> None:
+    if defect not in defects:
+        defects.append(defect)
 
 
 def _parse_headers(
@@ -311,7 +432,9 @@ def _b64decode(data: bytes) -> bytes:
         return binascii.a2b_base64(data)
     except (binascii.Error, ValueError):
         data = _BASE64_JUNK_RE.sub(b"", data)
-        data = data[: len(data) // 4 * 4]
+        if len(data) % 4 == 1:  # a last lone character holds no whole byte
+            data = data[:-1]
+        data += b"=" * (-len(data) % 4)  # padding repaired: the last bytes are kept
         try:
             return binascii.a2b_base64(data)
         except (binascii.Error, ValueError):
@@ -384,20 +507,27 @@ def _read_entities(
     hint: str | None,
     options: FeaturizerOptions,
     budget: Budget,
+    defects: list[str],
 ) -> None:
     """Walk the MIME tree depth first, in document order, with an explicit stack."""
     default = options.default_charset
-    stack: list[tuple[list[tuple[str, bytes]], bytes, int]] = [(headers, body, 0)]
+    # (headers, body, depth, the type of a part that declares none: RFC 2046 5.1.5)
+    stack: list[tuple[list[tuple[str, bytes]], bytes, int, str]] = [
+        (headers, body, 0, "text/plain")
+    ]
     top = True
     while stack:
-        headers, body, depth = stack.pop()
+        headers, body, depth, implied_type = stack.pop()
         if mail.n_parts >= options.max_parts:
             budget.exceeded("max_parts")
             return
         if mail.n_parts and budget.out_of_time():
             return
         mail.n_parts += 1
-        ctype, params = _content_type(_header_value(headers, "content-type"))
+        declared_type = _header_value(headers, "content-type")
+        ctype, params = _content_type(declared_type or implied_type)
+        if declared_type and "/" not in declared_type.partition(";")[0]:
+            _note(defects, "invalid_content_type")  # read as text/plain, as RFC 2045 says
         if top:
             mail.content_type = ctype
             top = False
@@ -410,7 +540,7 @@ def _read_entities(
         maintype = ctype.partition("/")[0]
         if maintype == "multipart":
             boundary = params.get("boundary", "")
-            children = _split_multipart(body, boundary) if boundary else None
+            children = _split_multipart(body, boundary, defects) if boundary else None
             if children is not None:
                 if depth >= options.max_depth:
                     budget.exceeded("max_depth")
@@ -419,23 +549,30 @@ def _read_entities(
                 if len(children) > room:
                     budget.exceeded("max_parts")
                     children = children[: max(room, 0)]
+                child_type = "message/rfc822" if ctype == "multipart/digest" else "text/plain"
                 for child in reversed(children):
-                    child_headers, child_body = _split_entity(child)
-                    stack.append((_parse_headers(child_headers), child_body, depth + 1))
+                    child_headers, child_body = _split_entity(child, defects)
+                    stack.append(
+                        (_parse_headers(child_headers), child_body, depth + 1, child_type)
+                    )
                 continue
-            ctype, maintype = "text/plain", "text"  # no parts in it: its body is the text
+            # no parts in it: its body is the text
+            _note(defects, "multipart_without_boundary" if not boundary else "boundary_not_found")
+            ctype, maintype = "text/plain", "text"
         elif ctype == "message/rfc822" or ctype == "message/news":
             if depth >= options.max_depth:
                 budget.exceeded("max_depth")
                 continue
-            inner_headers, inner_body = _split_entity(body)
-            stack.append((_parse_headers(inner_headers), inner_body, depth + 1))
+            inner_headers, inner_body = _split_entity(body, defects)
+            stack.append((_parse_headers(inner_headers), inner_body, depth + 1, "text/plain"))
             continue
         disposition, disposition_params = _content_type(
             _header_value(headers, "content-disposition") or "x/inline"
         )
         filename = disposition_params.get("filename") or params.get("name")
         encoding = _header_value(headers, "content-transfer-encoding").lower()
+        if encoding not in _TRANSFER_ENCODINGS:
+            _note(defects, "unknown_transfer_encoding")  # the body is read as it is
         is_text = maintype == "text" and not (disposition == "attachment" and filename)
         if not is_text:
             mail.attachments.append(Attachment(filename, ctype, _decoded_size(body, encoding)))
@@ -443,7 +580,7 @@ def _read_entities(
         if budget.text_left <= 0:
             budget.exceeded("max_text_chars")
             continue
-        data = _decode_transfer(body, encoding)
+        data = _decode_transfer(body, encoding, defects)
         data = budget.take_text(data)
         text = decode_text(data, charset, hint, default)
         if ctype == "text/html" or (ctype != "text/plain" and _looks_like_html(text)):
@@ -458,7 +595,7 @@ def _looks_like_html(text: str) -> bool:
     return "<html" in head or "<body" in head
 
 
-def _split_multipart(body: bytes, boundary: str) -> list[bytes] | None:
+def _split_multipart(body: bytes, boundary: str, defects: list[str]) -> list[bytes] | None:
     """The parts between ``--boundary`` lines, or ``None`` if the boundary never occurs.
 
     A closing ``--boundary--`` that never comes ends the last part at the end of the body.
@@ -488,13 +625,23 @@ def _split_multipart(body: bytes, boundary: str) -> list[bytes] | None:
         current = b"" if line_end < 0 else piece[line_end + 1 :]
     if current is not None:
         parts.append(current)
+        _note(defects, "close_boundary_not_found")  # the last part runs to the end
     return parts
 
 
-def _decode_transfer(body: bytes, encoding: str) -> bytes:
+# Content-Transfer-Encoding values of RFC 2045 ("" when the header is absent). Any other
+# (x-uuencode, "8-bit", garbage) leaves the body as it is.
+_TRANSFER_ENCODINGS = frozenset({"", "7bit", "8bit", "binary", "base64", "quoted-printable"})
+
+
+def _decode_transfer(body: bytes, encoding: str, defects: list[str]) -> bytes:
     # 8-bit bytes under a base64 label: a relay decoded the part and left the label.
     if encoding == "base64" and body.isascii():
-        return _b64decode(body)
+        try:
+            return binascii.a2b_base64(body)
+        except (binascii.Error, ValueError):
+            _note(defects, "invalid_base64")  # junk dropped, padding repaired
+            return _b64decode(body)
     if encoding == "quoted-printable":
         return binascii.a2b_qp(body)
     return body

@@ -75,6 +75,7 @@ class FeaturizerOptions:
     header_fields: tuple[str, ...] = DEFAULT_HEADER_FIELDS
     address_words: bool = False  # addresses in headers also give their words (from:john)
     mime_tokens: bool = True  # "mime:text/html", "charset:gb2312", "attach:.pdf", ...
+    defect_tokens: bool = True  # "defect:missing_header_body_separator", ... (ParsedMail.defects)
     stop_lists: tuple[str, ...] = ()  # built-in stop-word lists to drop: "english", "chinese"
     stop_words: tuple[str, ...] = ()  # further words to drop
     bigrams: bool = False  # also count adjacent body-word pairs, as "first second"
