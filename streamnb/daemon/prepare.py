@@ -87,8 +87,7 @@ def prepare_value(pipeline: Any, value: bytes | None, default_id: str) -> tuple:
 
 
 def _notes(prepared: Any) -> tuple[tuple[str, str], ...]:
-    truncated = getattr(prepared, "truncated", ())
-    defects = getattr(prepared, "defects", ())
+    truncated, defects = prepared.truncated, prepared.defects
     if not truncated and not defects:
         return ()
     return (*(("truncated", limit) for limit in truncated),

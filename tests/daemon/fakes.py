@@ -105,15 +105,6 @@ class CountModel:
         return model
 
 
-@dataclass(slots=True)
-class PreparedWithDefects:
-    """A pipeline result whose mail reader reported defects (``Prepared`` plus ``defects``)."""
-
-    x: Any
-    truncated: tuple[str, ...] = ()
-    defects: tuple[str, ...] = ()
-
-
 class WordPipeline:
     """Whitespace tokens of ``text``; the word ``CRASH`` makes the featurizer fail, a word
     ``CUT:<limit>`` reports that limit as hit, ``DEFECT:<name>`` a reader defect."""
@@ -130,9 +121,7 @@ class WordPipeline:
         words = message.text.split()
         truncated = tuple(w[4:] for w in words if w.startswith("CUT:"))
         defects = tuple(w[7:] for w in words if w.startswith("DEFECT:"))
-        if defects:  # the real Prepared has no defects field until a reader reports them
-            return PreparedWithDefects(dict(Counter(words)), truncated, defects)
-        return Prepared(dict(Counter(words)), truncated)
+        return Prepared(dict(Counter(words)), truncated, defects)
 
 
 class RecordingMetrics:

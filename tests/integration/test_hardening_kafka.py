@@ -82,6 +82,8 @@ def test_each_poison_is_dead_lettered_and_the_next_message_still_predicted(
         (b"a", value("a", "win a prize now", "spam")),
         (b"b", value("b", "see you at lunch", "ham")),
         (key, original),
+        (b"nosep", orjson.dumps({"id": "nosep", "raw_b64": base64.b64encode(
+            b"Subject: lunch\nsee you at lunch\n").decode()})),
         (b"next", value("next", "win a prize")),
     ])
     assert predicted(kafka_bootstrap, topic_prefix, "next")["label"] == "spam"
@@ -113,6 +115,8 @@ def test_outputs_respect_the_topics_own_max_message_bytes(tmp_path, kafka_bootst
         (b"a", value("a", "win a prize now", "spam")),
         (None, value("i" * 1500, "win a prize")),  # a 3,000-byte prediction
         (None, not_json),
+        (b"nosep", orjson.dumps({"id": "nosep", "raw_b64": base64.b64encode(
+            b"Subject: lunch\nsee you at lunch\n").decode()})),
         (b"next", value("next", "win a prize")),
     ])
     assert predicted(kafka_bootstrap, topic_prefix, "next")["label"] == "spam"
@@ -248,11 +252,15 @@ def test_metrics_score_a_resent_id_once_and_count_truncations(
         *[(b"a", value("a", "win a prize now", "spam"))] * 3,  # producer retries
         (b"deep-1", orjson.dumps({"id": "deep-1", "raw_b64": deep, "label": "spam"})),
         (b"deep-2", orjson.dumps({"id": "deep-2", "raw_b64": deep})),
+        (b"nosep", orjson.dumps({"id": "nosep", "raw_b64": base64.b64encode(
+            b"Subject: lunch\nsee you at lunch\n").decode()})),
         (b"next", value("next", "win a prize")),
     ]
     produce(kafka_bootstrap, f"{topic_prefix}-in", records)
     assert predicted(kafka_bootstrap, topic_prefix, "next")["label"] == "spam"
     assert predicted(kafka_bootstrap, topic_prefix, "deep-2")["label"] == "spam"
+    # a Subject: line straight into the body: the body is read (ham words), the defect counted
+    assert predicted(kafka_bootstrap, topic_prefix, "nosep")["label"] == "ham"
 
     def settled():
         figures = scrape(port)
@@ -266,6 +274,10 @@ def test_metrics_score_a_resent_id_once_and_count_truncations(
     assert figures[("streamnb_duplicate_messages_total", ())] == 3
     truncated = (("kind", "truncated"), ("reason", "max_depth"))
     assert figures[("streamnb_featurizer_events_total", truncated)] == 2
-    logged = [e for e in daemon.events() if e.get("event") == "featurizer"]
-    assert [(e["reason"], e["id"]) for e in logged] == [("max_depth", "deep-1")]
+    no_separator = (("kind", "defect"), ("reason", "missing_header_body_separator"))
+    assert figures[("streamnb_featurizer_events_total", no_separator)] == 1
+    logged = [(e["reason"], e["id"]) for e in daemon.events() if e.get("event") == "featurizer"]
+    assert ("max_depth", "deep-1") in logged
+    assert ("missing_header_body_separator", "nosep") in logged
+    assert len(logged) == len(set(reason for reason, _ in logged))  # once per reason
     assert daemon.terminate()[0] == 0
