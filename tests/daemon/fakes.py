@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections import Counter, defaultdict
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from streamnb.codec import Message
 from streamnb.config import (
