@@ -425,7 +425,9 @@ class RspamdBayesFilter(CommandPeer):
     shipped one skips messages already classified with 95% confidence).
 
     ``MIN_LEARNS`` = 1: rspamd classifies as soon as each class has one learnt message (its
-    default, 200, would leave the first few hundred messages unscored). ``MIN_TOKENS`` = 1: its
+    default, 200, would leave the first few hundred messages unscored). rspamd reads the
+    learn counts from redis periodically, so the first messages after a start stay unscored
+    (0) until that refresh, a second or so. ``MIN_TOKENS`` = 1: its
     default, 11, skips short messages, which are most of an SMS stream. The score is the
     BAYES_SPAM symbol's normalised probability, minus BAYES_HAM's (symbol weights ±1), 0 when
     rspamd gives neither; the decision is BAYES_SPAM.
@@ -526,14 +528,17 @@ worker "controller" {{
         return float(spam + ham), "BAYES_SPAM" in symbols
 
     def learn(self, data: bytes, is_spam: bool, score: float) -> None:
+        # rspamd declines some learns with an error in a 2xx answer: a message it has already
+        # learnt (its digest; the SMS stream has 403 duplicates) or one with no tokens. The
+        # filter goes on, as a mail server would, and the count says how often.
         try:
-            self._post("/learnspam" if is_spam else "/learnham", data)
+            answer = json.loads(self._post("/learnspam" if is_spam else "/learnham", data))
         except urllib.error.HTTPError as error:
-            # rspamd answers an error for a message it cannot learn (no tokens at all); the
-            # filter goes on, as a mail server would, and the count says how often.
-            self.refused = getattr(self, "refused", 0) + 1
             if error.code >= 500:
                 raise
+            answer = {"error": error.code}
+        if "error" in answer:
+            self.refused = getattr(self, "refused", 0) + 1
 
     def state_bytes(self, folder: str) -> int:
         info = subprocess.run(
