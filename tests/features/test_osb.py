@@ -46,7 +46,7 @@ def test_pairs_skip_stop_words_and_short_words_like_the_words_do():
     )
 
 
-def test_pairs_come_from_the_body_and_subject_words_of_a_mail_not_from_header_tokens():
+def test_pairs_come_from_the_body_words_of_a_mail_not_from_header_tokens():
     raw = b"Subject: cheap pills\nFrom: a@example.com\n\nbuy now today\n"
     tokens = Featurizer(FeaturizerOptions(osb_window=3)).from_raw(raw).tokens
     assert {"buy now", "now today", "buy _ today"} <= set(tokens)
