@@ -40,19 +40,21 @@ def replay_pairs(stream: str, window: int, limit: int | None = None) -> dict:
     """Per-message log-odds of the words model and of the pairs model, and the costs."""
     messages = load(STREAMS[stream], DEFAULT_DATA, limit)
     featurizer = Featurizer(FeaturizerOptions(osb_window=window))
+    default = Featurizer(FeaturizerOptions())
     words_model, pairs_model = make_model("multinomial"), make_model("multinomial")
     words, pairs, spam = [], [], []
     featurize_s = model_s = 0.0
     for message in messages:
         started = time.perf_counter()
         if message.raw is not None:
-            tokens = featurizer.from_raw(message.raw).tokens
+            tokens, x_words = featurizer.from_raw(message.raw).tokens, default.from_raw(
+                message.raw).tokens
         else:
-            tokens = featurizer.from_text(message.text).tokens
-        # OSB pairs are the only tokens with a space in them (words, header, URL and MIME
-        # tokens have none), so this split gives back exactly the default tokens.
-        x_words = {t: n for t, n in tokens.items() if " " not in t}
-        x_pairs = {t: n for t, n in tokens.items() if " " in t}
+            tokens, x_words = featurizer.from_text(message.text).tokens, default.from_text(
+                message.text).tokens
+        # The pairs: what osb_window adds to the default tokens (a few default tokens, such as
+        # a charset name, have a space too, so the split is by difference, not by the space).
+        x_pairs = dict(tokens - x_words)
         featurize_s += time.perf_counter() - started
         started = time.perf_counter()
         words.append(_log_odds(words_model, x_words))
