@@ -135,9 +135,11 @@ def _fmt(value, spec: str) -> str:
 
 def side_by_side(rows: list[dict]) -> str:
     """One line per stream, one column per filter: (1-ROCA)% and, in brackets, spam recall at
-    0.1% FPR; the best of each figure on a stream in bold (full-stream rows only)."""
+    0.1% FPR; the best of each figure on a stream in bold (full-stream rows only). The mail
+    filters (``MAIL_FILTERS``) come first."""
     streams = list(dict.fromkeys(r["stream"] for r in rows))
-    peers = list(dict.fromkeys(r["peer"] for r in rows))
+    ran = list(dict.fromkeys(r["peer"] for r in rows))  # the mail filters first, then the rest
+    peers = [p for p in MAIL_FILTERS if p in ran] + [p for p in ran if p not in MAIL_FILTERS]
     found = {(r["stream"], r["peer"]): r for r in rows}
     lines = [
         "| stream | " + " | ".join(peers) + " |",
