@@ -40,6 +40,7 @@ MESSAGES = [
 ]
 
 
+@pytest.mark.slow  # rspamd takes its seconds to start
 @pytest.mark.parametrize("name", OUTSIDE)
 def test_an_installed_filter_scores_then_learns_every_message(name):
     flt = make_filter(name, ["ham", "spam"])
