@@ -38,12 +38,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.peers.filters import BUDGETED, PEERS, make_filter
+from bench.peers.filters import BUDGETED, MAIL_FILTERS, PEERS, CommandPeer, make_filter
 from bench.peers.streams import DEFAULT_DATA, STREAMS, load, stream_named
 from streamnb.evaluation import scoring
 from streamnb.evaluation.options import Tables
 
 REPO = Path(__file__).resolve().parents[2]
+# Per-row notes an outside filter reports about its own settings and work.
+SETTING_NOTES = ("learnt", "min_learns", "min_tokens", "refused_learns")
 BEGIN = "<!-- peers:begin -->"
 END = "<!-- peers:end -->"
 
@@ -76,6 +78,7 @@ def run_child(
         "peer": peer,
         "n": len(run.labels),
         "n_stream": len(messages),
+        "limit": limit,
         "finished": run.finished,
         "accuracy": float(correct.mean()),
         **scoring.binary_report(y, np.array(run.scores, dtype=float), predicted),
@@ -88,7 +91,7 @@ def run_child(
         "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         **run.notes,
     }
-    if peer == "bogofilter":
+    if isinstance(flt, CommandPeer):  # its work is in its own processes, its state on disk
         figures["peak_memory_bytes"] = _maxrss_bytes(resource.RUSAGE_CHILDREN) + run.notes.get(
             "wordlist_bytes", 0
         )
@@ -116,7 +119,6 @@ def _machine() -> dict:
     import river
     import sklearn
 
-    bogofilter = subprocess.run(["bogofilter", "-V"], capture_output=True, text=True, check=False)
     return {
         "nproc": os.cpu_count(),
         "cpu": cpu,
@@ -124,7 +126,6 @@ def _machine() -> dict:
         "numpy": np.__version__,
         "river": river.__version__,
         "scikit-learn": sklearn.__version__,
-        "bogofilter": (bogofilter.stdout.splitlines() or ["?"])[0],
         "os": platform.platform(),
         "load": "{:.1f} {:.1f} {:.1f}".format(*os.getloadavg()),
     }
@@ -136,6 +137,45 @@ def _fmt(value, spec: str) -> str:
     return format(value, spec)
 
 
+def side_by_side(rows: list[dict]) -> str:
+    """One line per stream, one column per filter: (1-ROCA)% and, in brackets, spam recall at
+    0.1% FPR; the best of each figure on a stream in bold (full-stream rows only). The mail
+    filters (``MAIL_FILTERS``) come first."""
+    streams = list(dict.fromkeys(r["stream"] for r in rows))
+    ran = list(dict.fromkeys(r["peer"] for r in rows))  # the mail filters first, then the rest
+    peers = [p for p in MAIL_FILTERS if p in ran] + [p for p in ran if p not in MAIL_FILTERS]
+    found = {(r["stream"], r["peer"]): r for r in rows}
+    lines = [
+        "| stream | " + " | ".join(peers) + " |",
+        "|---|" + "---:|" * len(peers),
+    ]
+    for stream in streams:
+        measured = [
+            found[stream, p] for p in peers
+            if (stream, p) in found and "n" in found[stream, p] and found[stream, p]["finished"]
+        ]
+        best_auc = min((r["one_minus_auc_pct"] for r in measured), default=None)
+        best_recall = max((r["spam_recall_at_fpr_0.1pct"] for r in measured), default=None)
+        cells = []
+        for peer in peers:
+            r = found.get((stream, peer))
+            if r is None:
+                cells.append("")
+            elif "n" not in r:
+                cells.append("skipped" if "unavailable" in r else "failed")
+            else:
+                auc, recall = r["one_minus_auc_pct"], r["spam_recall_at_fpr_0.1pct"]
+                auc_text, recall_text = _fmt(auc, ".3f"), _fmt(recall, ".3f")
+                if r["finished"] and auc == best_auc:
+                    auc_text = f"**{auc_text}**"
+                if r["finished"] and recall == best_recall:
+                    recall_text = f"**{recall_text}**"
+                budget = "" if r["finished"] else f", {r['n']:,} msgs (budget)"
+                cells.append(f"{auc_text} ({recall_text}{budget})")
+        lines.append(f"| {stream} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| stream | filter | messages | accuracy | (1-ROCA)% | lam% | spam recall @ 0.1% FPR "
@@ -145,6 +185,9 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['stream']} | {r['peer']} | failed: {r['error'][:80]} |||||||")
+            continue
+        if "unavailable" in r:
+            lines.append(f"| {r['stream']} | {r['peer']} | skipped: {r['unavailable']} |||||||")
             continue
         n = f"{r['n']:,}" if r["finished"] else f"{r['n']:,} of {r['n_stream']:,} (budget)"
         lines.append(
@@ -164,26 +207,42 @@ def render(rows: list[dict], machine: dict, command: str) -> str:
     )
     streamnb_options = sorted({r["options"] for r in rows if r.get("options")})
     options = "".join(f"streamnb options: `{o}`.\n\n" for o in streamnb_options)
-    commits = sorted({r.get("commit", "?") for r in rows if "error" not in r})
+    measured = [r for r in rows if "n" in r]
+    commits = sorted({r.get("commit", "?") for r in measured})
     if len(commits) > 1:
         options += (
             "Rows measured with different code (cached rows): "
             + "; ".join(
                 f"{r['stream']}/{r['peer']} {r.get('commit', 'before c97fb56')}"
-                for r in rows
-                if "error" not in r
+                for r in measured
             )
             + ".\n\n"
         )
+    versions = sorted({r["version"] for r in measured if r.get("version", "?") != "?"})
+    settings = "".join(
+        f"- {r['stream']} / {r['peer']}: "
+        + ", ".join(f"{k} {r[k]}" for k in SETTING_NOTES if k in r) + "\n"
+        for r in measured if any(k in r for k in SETTING_NOTES)
+    )
+    if settings:
+        settings = f"Settings and counts the outside filters reported:\n\n{settings}\n"
+    limited = "".join(
+        f"- {r['stream']}: first {r['n_stream']:,} messages (`--limit`/`--stream-limit`)\n"
+        for r in {r["stream"]: r for r in measured if r.get("limit")}.values()
+    )
     return (
         f"{BEGIN}\n"
         f"Generated by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n"
         f"Machine: {machine['nproc']} CPUs ({machine['cpu']}), Python {machine['python']}, "
         f"numpy {machine['numpy']}, river {machine['river']}, scikit-learn "
-        f"{machine['scikit-learn']}, {machine['bogofilter']}; {machine['os']}. "
+        f"{machine['scikit-learn']}; {'; '.join(versions) or 'no outside filter'}; "
+        f"{machine['os']}. "
         f"Load average at the end of the run: {machine.get('load', '?')} (the speed columns are "
         f"comparable only within one run, and only as far as the load allows).\n\n"
-        f"{described}\n\n{options}{table(rows)}\n{END}"
+        f"{described}\n{limited}\n{options}"
+        "(1-ROCA)% (lower is better) and, in brackets, the share of spam caught at 0.1% false "
+        "positives (higher is better); the best of each on a stream in bold:\n\n"
+        f"{side_by_side(rows)}\n\nAll figures:\n\n{table(rows)}\n\n{settings}{END}"
     )
 
 
@@ -198,6 +257,70 @@ def write_doc(path: Path, block: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+def _peer_names(spec: str) -> list[str]:
+    """``--peers``: names, or ``mail`` (the mail filters side by side) / ``all``."""
+    names: list[str] = []
+    for name in (p.strip() for p in spec.split(",")):
+        group = {"mail": MAIL_FILTERS, "all": PEERS}.get(name, (name,) if name else ())
+        names += [n for n in group if n not in names]
+    return names
+
+
+def _stream_limits(specs: list[str]) -> dict[str, int]:
+    """``--stream-limit NAME=N`` (repeatable): the first N messages of that stream only."""
+    limits = {}
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        if name not in STREAMS or not value.isdigit() or int(value) < 1:
+            raise ValueError(f"--stream-limit {spec!r}: expected STREAM=N, STREAM one of "
+                             f"{', '.join(STREAMS)}")
+        limits[name] = int(value)
+    return limits
+
+
+def _run_one(args: argparse.Namespace, stream: str, peer: str, limit: int | None) -> dict:
+    """One (stream, filter) row: from the cache, skipped (program missing), or measured."""
+    flt = make_filter(peer, ["ham", "spam"])
+    if isinstance(flt, CommandPeer) and (why := flt.missing()) is not None:
+        print(f"{stream} / {peer}: skipped, {why}", file=sys.stderr)
+        return {"stream": stream, "peer": peer, "unavailable": why}
+    command = [
+        sys.executable, "-m", "bench.peers", "--child", stream, peer,
+        "--data", str(args.data), "--budget", str(args.budget),
+    ]
+    if limit:
+        command += ["--limit", str(limit)]
+    if peer == "streamnb":
+        if args.config:
+            command += ["--config", str(Path(args.config).resolve())]
+        for override in args.overrides:
+            command += ["--set", override]
+    cached = None
+    if args.cache and peer != "streamnb":
+        budget = f"-{args.budget:g}s" if peer in BUDGETED else ""
+        cached = args.cache / f"{stream}-{peer}-{limit or 'all'}{budget}.json"
+        if cached.exists():
+            print(f"{stream} / {peer}: from {cached}", file=sys.stderr)
+            return json.loads(cached.read_text())
+    print(f"{stream} / {peer} ...", file=sys.stderr, flush=True)
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False)
+    if done.returncode != 0:
+        error = (done.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"  failed: {error}", file=sys.stderr)
+        return {"stream": stream, "peer": peer, "error": error}
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(row))
+    print(
+        f"  (1-ROCA)% {_fmt(row.get('one_minus_auc_pct'), '.3f')}, "
+        f"recall @ 0.1% FPR {_fmt(row.get('spam_recall_at_fpr_0.1pct'), '.3f')}, "
+        f"accuracy {row['accuracy']:.4f}, {_fmt(row['msgs_per_s'], ',.0f')} msgs/s",
+        file=sys.stderr,
+    )
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.peers",
@@ -206,9 +329,16 @@ def main(argv: list[str] | None = None) -> int:
         epilog=__doc__.split("\n\n", 1)[1],
     )
     parser.add_argument("--streams", default=",".join(STREAMS), help="comma-separated")
-    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated")
+    parser.add_argument(
+        "--peers", default="all",
+        help="comma-separated names; 'mail': " + ",".join(MAIL_FILTERS) + "; 'all' (default)",
+    )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--limit", type=int, help="first N messages of each stream")
+    parser.add_argument(
+        "--stream-limit", dest="stream_limits", action="append", default=[],
+        metavar="STREAM=N", help="first N messages of that stream (repeatable; beats --limit)",
+    )
     parser.add_argument(
         "--budget",
         type=float,
@@ -237,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     streams = [s.strip() for s in args.streams.split(",") if s.strip()]
-    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    peers = _peer_names(args.peers)
     for name in streams:
         try:
             stream_named(name)
@@ -246,48 +376,18 @@ def main(argv: list[str] | None = None) -> int:
                          f"<stream>+<view> with a view of streamnb.evaluation.views")
     for name in peers:
         if name not in PEERS:
-            parser.error(f"unknown filter {name!r}; known: {', '.join(PEERS)}")
+            parser.error(
+                f"unknown filter {name!r}; known: {', '.join(PEERS)} (or 'mail', 'all')"
+            )
+    try:
+        limits = _stream_limits(args.stream_limits)
+    except ValueError as error:
+        parser.error(str(error))
     rows = []
     for stream in streams:
+        limit = limits.get(stream, args.limit)
         for peer in peers:
-            command = [
-                sys.executable, "-m", "bench.peers", "--child", stream, peer,
-                "--data", str(args.data), "--budget", str(args.budget),
-            ]
-            if args.limit:
-                command += ["--limit", str(args.limit)]
-            if peer == "streamnb":
-                if args.config:
-                    command += ["--config", str(Path(args.config).resolve())]
-                for override in args.overrides:
-                    command += ["--set", override]
-            cached = None
-            if args.cache and peer != "streamnb":
-                budget = f"-{args.budget:g}s" if peer in BUDGETED else ""
-                cached = args.cache / f"{stream}-{peer}-{args.limit or 'all'}{budget}.json"
-                if cached.exists():
-                    rows.append(json.loads(cached.read_text()))
-                    print(f"{stream} / {peer}: from {cached}", file=sys.stderr)
-                    continue
-            print(f"{stream} / {peer} ...", file=sys.stderr, flush=True)
-            done = subprocess.run(
-                command, capture_output=True, text=True, cwd=REPO, check=False
-            )
-            if done.returncode != 0:
-                error = (done.stderr.strip().splitlines() or ["?"])[-1]
-                print(f"  failed: {error}", file=sys.stderr)
-                rows.append({"stream": stream, "peer": peer, "error": error})
-                continue
-            row = json.loads(done.stdout.strip().splitlines()[-1])
-            rows.append(row)
-            if cached is not None:
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                cached.write_text(json.dumps(row))
-            print(
-                f"  (1-ROCA)% {_fmt(row.get('one_minus_auc_pct'), '.3f')}, "
-                f"accuracy {row['accuracy']:.4f}, {_fmt(row['msgs_per_s'], ',.0f')} msgs/s",
-                file=sys.stderr,
-            )
+            rows.append(_run_one(args, stream, peer, limit))
     invocation = "python -m bench.peers" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:])
     )

@@ -1,4 +1,5 @@
-"""The filters compared on one stream: streamnb, river, scikit-learn and bogofilter.
+"""The filters compared on one stream: streamnb, river, scikit-learn, bogofilter, crm114,
+spamprobe and rspamd's Bayes.
 
 Every filter sees the same messages in the same order under TREC's immediate-feedback protocol:
 score the message, then learn it with its gold label. Each returns, per message, the predicted
@@ -13,11 +14,16 @@ probabilities do not tie.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 
 from streamnb.codec import Message
@@ -177,7 +183,92 @@ class SklearnFilter(_TokenPeer):
         self.fitted = True
 
 
-class BogofilterFilter:
+class CommandPeer:
+    """A filter that runs outside Python, driven one message at a time: score, then learn.
+
+    A subclass says how to start a fresh state in a temporary folder, how to score one raw
+    message (a spamminess, higher = more spam, and its own decision) and how to learn it; this
+    class runs the immediate-feedback loop, the time budget and the clean-up, so every outside
+    filter is driven the same way. A text message (SMS) is sent as the body of a mail with no
+    headers.
+    """
+
+    name = "?"
+    programs: tuple[str, ...] = ()  # executables that must be on PATH
+    install = ""  # how to get them, for the line that says the filter was skipped
+
+    def missing(self) -> str | None:
+        """Why this filter cannot run here (a program not installed), or None."""
+        absent = [p for p in self.programs if shutil.which(p) is None]
+        if absent:
+            return f"{', '.join(absent)} not found ({self.install})"
+        return None
+
+    def warm_up(self) -> None:
+        if (why := self.missing()) is not None:
+            raise RuntimeError(f"{self.name} skipped: {why}")
+
+    # --- what a subclass provides ---------------------------------------------------------
+    def start(self, folder: str) -> None:
+        """Begin with an empty state kept in ``folder``."""
+
+    def stop(self) -> None:
+        """Stop whatever :meth:`start` started (called even when the run failed)."""
+
+    def score(self, data: bytes) -> tuple[float, bool]:
+        raise NotImplementedError
+
+    def learn(self, data: bytes, is_spam: bool, score: float) -> None:
+        raise NotImplementedError
+
+    def state_bytes(self, folder: str) -> int:
+        """Size of the learnt state (by default: the files in ``folder``)."""
+        return sum(
+            os.path.getsize(os.path.join(root, f))
+            for root, _, files in os.walk(folder)
+            for f in files
+        )
+
+    def version(self) -> str:
+        return "?"
+
+    # --- the loop, the same for every outside filter ---------------------------------------
+    def run(self, messages: list[Message], budget: float) -> PeerRun:
+        out = PeerRun(seconds_model=None)
+        folder = tempfile.mkdtemp(prefix=f"{self.name}-")
+        try:
+            self.start(folder)
+            started = time.perf_counter()
+            for message in messages:
+                data = message.raw if message.raw is not None else b"\n" + message.text.encode()
+                score, is_spam = self.score(data)
+                self.learn(data, message.label == SPAM, score)
+                out.labels.append(message.label)
+                out.predicted.append(SPAM if is_spam else "ham")
+                out.scores.append(score)
+                if time.perf_counter() - started > budget:
+                    out.finished = len(out.labels) == len(messages)
+                    break
+            out.seconds = time.perf_counter() - started
+            out.notes["wordlist_bytes"] = self.state_bytes(folder)
+            out.notes["version"] = self.version()
+            out.notes.update(self.settings())
+        finally:
+            self.stop()
+            shutil.rmtree(folder, ignore_errors=True)
+        return out
+
+    def settings(self) -> dict:
+        """The filter's parameters worth printing beside its row."""
+        return {}
+
+
+def _first_line(command: list[str]) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    return ((done.stdout or done.stderr).strip().splitlines() or ["?"])[0].strip()
+
+
+class BogofilterFilter(CommandPeer):
     """bogofilter 1.2.x, one process per step: ``-TT`` to score, then ``-s`` / ``-n`` to learn.
 
     Its own defaults (``-C``: no config file), a fresh word list in a temporary folder, and its
@@ -186,51 +277,288 @@ class BogofilterFilter:
     """
 
     name = "bogofilter"
+    programs = ("bogofilter",)
+    install = "apt-get install bogofilter"
     SPAM_CUTOFF = 0.99
 
-    def warm_up(self) -> None:
-        pass
+    def start(self, folder: str) -> None:
+        self.base = ["bogofilter", "-C", "-d", folder]
+        self.wordlist = os.path.join(folder, "wordlist.db")
 
-    def run(self, messages: list[Message], budget: float) -> PeerRun:
-        binary = shutil.which("bogofilter")
-        if binary is None:
-            raise RuntimeError("bogofilter is not installed (apt-get install bogofilter)")
-        out = PeerRun(seconds_model=None)
-        folder = tempfile.mkdtemp(prefix="bogofilter-")
+    def score(self, data: bytes) -> tuple[float, bool]:
+        if not os.path.exists(self.wordlist):
+            return 0.5, False  # nothing registered yet: bogofilter refuses to score; unsure
+        scored = subprocess.run([*self.base, "-TT"], input=data, capture_output=True, check=False)
+        # Exit status: 0 spam, 1 ham, 2 unsure, 3 error.
+        if scored.returncode == 3:
+            raise RuntimeError(f"bogofilter failed: {scored.stderr.decode()[:200]}")
+        score = float(scored.stdout.split()[-1])
+        return score, score >= self.SPAM_CUTOFF
+
+    def learn(self, data: bytes, is_spam: bool, score: float) -> None:
+        subprocess.run(
+            [*self.base, "-s" if is_spam else "-n"], input=data, capture_output=True, check=True
+        )
+
+    def version(self) -> str:
+        return _first_line(["bogofilter", "-V"])
+
+
+class Crm114Filter(CommandPeer):
+    """crm114 (20100106) with its OSB classifier, through the classic one-line programs.
+
+    ``learn <osb unique microgroom> (spam.css)`` (or ``ham.css``) and ``classify`` with the
+    same flags; the score is the spam side's pR (log10 of the odds, the first line of its
+    statistics), the decision pR > 0. ``thick`` is crm114's thick-threshold training: a message
+    is learnt only when it was misclassified or scored within ``THICK`` of 0 (|pR| < 5);
+    otherwise every message is learnt.
+    """
+
+    programs = ("crm",)
+    install = "apt-get install crm114"
+    FLAGS = "<osb unique microgroom>"
+    THICK = 5.0
+    _PR = re.compile(rb"pR:\s*(-?[0-9.]+(?:e[-+]?[0-9]+)?|-?inf|nan)", re.IGNORECASE)
+
+    def __init__(self, thick: bool):
+        self.thick = thick
+        self.name = "crm114-osb-thick" if thick else "crm114-osb"
+
+    def start(self, folder: str) -> None:
+        self.folder = folder
+        self.learnt = {True: 0, False: 0}
+        # classify "fails" (jumps past the end of its block) when the first file loses, so it
+        # sits in a block of its own and the statistics are printed either way.
+        self.classify = (
+            "-{ isolate (:s:); { classify " + self.FLAGS + " (spam.css | ham.css) (:s:) };"
+            " output /:*:s:/ }"
+        )
+
+    def _crm(self, program: str, data: bytes) -> bytes:
+        done = subprocess.run(
+            ["crm", program], input=data, capture_output=True, cwd=self.folder, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"crm114 failed: {done.stderr.decode(errors='replace')[:200]}")
+        return done.stdout
+
+    def score(self, data: bytes) -> tuple[float, bool]:
+        if not all(self.learnt.values()):
+            return 0.0, False  # classify needs both .css files; until then pR 0 (unsure)
+        found = self._PR.search(self._crm(self.classify, data))
+        if found is None:
+            raise RuntimeError("crm114 printed no pR")
+        pr = float(found.group(1))
+        return pr, pr > 0
+
+    def learn(self, data: bytes, is_spam: bool, score: float) -> None:
+        if self.thick and all(self.learnt.values()):
+            correct = (score > 0) == is_spam
+            if correct and abs(score) >= self.THICK:
+                return
+        css = "spam.css" if is_spam else "ham.css"
+        self._crm(f"-{{ learn {self.FLAGS} ({css}) }}", data)
+        self.learnt[is_spam] += 1
+
+    def version(self) -> str:
+        return _first_line(["crm", "-v"])
+
+    def settings(self) -> dict:
+        return {"learnt": self.learnt[True] + self.learnt[False]}
+
+
+class SpamprobeFilter(CommandPeer):
+    """SpamProbe 1.4: ``score``, then ``train-spam`` or ``train-good``, a fresh database.
+
+    ``train-*`` is SpamProbe's own training mode: it updates the database only for a message
+    it misclassified or found "difficult" (its documented use with a gold label). The score is
+    its spam probability (7 decimals), the decision its own SPAM/GOOD verdict.
+    """
+
+    name = "spamprobe"
+    programs = ("spamprobe",)
+    install = "apt-get install spamprobe"
+
+    def start(self, folder: str) -> None:
+        self.base = ["spamprobe", "-d", folder]
+        self.words = os.path.join(folder, "sp_words")
+
+    def score(self, data: bytes) -> tuple[float, bool]:
+        if not os.path.exists(self.words):
+            return 0.5, False  # no database before the first training: unsure
+        done = subprocess.run([*self.base, "score"], input=data, capture_output=True, check=False)
+        fields = done.stdout.split()
+        if done.returncode != 0 or len(fields) < 2:
+            raise RuntimeError(f"spamprobe failed: {done.stderr.decode(errors='replace')[:200]}")
+        return float(fields[1]), fields[0] == b"SPAM"
+
+    def learn(self, data: bytes, is_spam: bool, score: float) -> None:
+        command = "train-spam" if is_spam else "train-good"
+        subprocess.run([*self.base, command], input=data, capture_output=True, check=True)
+
+    def version(self) -> str:
+        return "spamprobe " + _debian_version("spamprobe")
+
+
+def _debian_version(package: str) -> str:
+    done = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True,
+        check=False,
+    )
+    return done.stdout.strip() or "?"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RspamdBayesFilter(CommandPeer):
+    """rspamd 3.4's Bayes classifier alone, its statistics in a private redis-server.
+
+    A fresh ``redis-server`` (no persistence) and ``rspamd`` with a configuration of nothing
+    but the Bayes classifier (OSB tokenizer, redis backend, ``new_schema``) and a controller
+    worker, both bound to 127.0.0.1 on free ports. Each message is scanned with the
+    controller's ``/checkv2`` and learnt with ``/learnspam`` or ``/learnham`` (what ``rspamc
+    learn_spam`` sends), every message, as the gold label says (no ``learn_condition``: the
+    shipped one skips messages already classified with 95% confidence).
+
+    ``MIN_LEARNS`` = 1: rspamd classifies as soon as each class has one learnt message (its
+    default, 200, would leave the first few hundred messages unscored). rspamd reads the
+    learn counts from redis periodically, so the first messages after a start stay unscored
+    (0) until that refresh, a second or so. ``MIN_TOKENS`` = 1: its
+    default, 11, skips short messages, which are most of an SMS stream. The score is the
+    BAYES_SPAM symbol's normalised probability, minus BAYES_HAM's (symbol weights ±1), 0 when
+    rspamd gives neither; the decision is BAYES_SPAM.
+    """
+
+    name = "rspamd-bayes"
+    programs = ("rspamd", "redis-server")
+    install = "apt-get install rspamd redis-server"
+    MIN_LEARNS = 1
+    MIN_TOKENS = 1
+    STARTUP_SECONDS = 120.0
+
+    CONFIG = """\
+options {{
+  pidfile = "{folder}/rspamd.pid";
+  filters = "";
+  tempdir = "{folder}";
+  hs_cache_dir = "{folder}";
+  control_socket = "{folder}/rspamd.sock mode=0600";
+  stats_file = "{folder}/stats.ucl";
+  url_tld = "/usr/share/rspamd/effective_tld_names.dat";
+  dns {{ nameserver = ["127.0.0.1:53"]; timeout = 0.1s; retransmits = 0; }}
+}}
+logging {{ type = "file"; filename = "{folder}/rspamd.log"; level = "warning"; }}
+group "bayes" {{
+  symbols {{
+    "BAYES_SPAM" {{ weight = 1.0; }}
+    "BAYES_HAM" {{ weight = -1.0; }}
+  }}
+}}
+classifier "bayes" {{
+  tokenizer {{ name = "osb"; }}
+  backend = "redis";
+  servers = "127.0.0.1:{redis_port}";
+  new_schema = true;
+  min_tokens = {min_tokens};
+  min_learns = {min_learns};
+  statfile {{ symbol = "BAYES_HAM"; spam = false; }}
+  statfile {{ symbol = "BAYES_SPAM"; spam = true; }}
+}}
+worker "controller" {{
+  bind_socket = "127.0.0.1:{controller_port}";
+  count = 1;
+  secure_ip = "127.0.0.1";
+}}
+"""
+
+    def start(self, folder: str) -> None:
+        self.processes: list[subprocess.Popen] = []
+        self.redis_port, controller_port = _free_port(), _free_port()
+        self.url = f"http://127.0.0.1:{controller_port}"
+        self.processes.append(subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.redis_port),
+             "--save", "", "--appendonly", "no", "--dir", folder],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))
+        config = os.path.join(folder, "rspamd.conf")
+        with open(config, "w", encoding="utf-8") as f:
+            f.write(self.CONFIG.format(
+                folder=folder, redis_port=self.redis_port, controller_port=controller_port,
+                min_tokens=self.MIN_TOKENS, min_learns=self.MIN_LEARNS,
+            ))
+        self.processes.append(subprocess.Popen(
+            ["rspamd", "-f", "-u", "root", "-g", "root", "-c", config]
+            if os.geteuid() == 0 else ["rspamd", "-f", "-c", config],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))
+        deadline = time.monotonic() + self.STARTUP_SECONDS
+        while True:  # rspamd compiles its regular expressions before the controller answers
+            try:
+                self._post("/ping", b"")
+                return
+            except OSError:
+                if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
+                    raise RuntimeError(
+                        f"rspamd did not start; see its log in {folder}/rspamd.log"
+                    ) from None
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        for process in reversed(getattr(self, "processes", [])):
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def _post(self, path: str, data: bytes) -> bytes:
+        request = urllib.request.Request(self.url + path, data=data, method="POST")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.read()
+
+    def score(self, data: bytes) -> tuple[float, bool]:
+        symbols = json.loads(self._post("/checkv2", data)).get("symbols", {})
+        spam = symbols.get("BAYES_SPAM", {}).get("score", 0.0)
+        ham = symbols.get("BAYES_HAM", {}).get("score", 0.0)  # weight -1: already negative
+        return float(spam + ham), "BAYES_SPAM" in symbols
+
+    def learn(self, data: bytes, is_spam: bool, score: float) -> None:
+        # rspamd declines some learns with an error in a 2xx answer: a message it has already
+        # learnt (its digest; the SMS stream has 403 duplicates) or one with no tokens. The
+        # filter goes on, as a mail server would, and the count says how often.
         try:
-            base = [binary, "-C", "-d", folder]
-            wordlist = os.path.join(folder, "wordlist.db")
-            started = time.perf_counter()
-            for message in messages:
-                # A text message becomes the body of a mail with no headers.
-                data = message.raw if message.raw is not None else b"\n" + message.text.encode()
-                if os.path.exists(wordlist):
-                    scored = subprocess.run(
-                        [*base, "-TT"], input=data, capture_output=True, check=False
-                    )
-                    # Exit status: 0 spam, 1 ham, 2 unsure, 3 error.
-                    if scored.returncode == 3:
-                        raise RuntimeError(f"bogofilter failed: {scored.stderr.decode()[:200]}")
-                    score = float(scored.stdout.split()[-1])
-                else:  # nothing registered yet: bogofilter refuses to score; call it unsure
-                    score = 0.5
-                learn = "-s" if message.label == SPAM else "-n"
-                subprocess.run([*base, learn], input=data, capture_output=True, check=True)
-                out.labels.append(message.label)
-                out.predicted.append(SPAM if score >= self.SPAM_CUTOFF else "ham")
-                out.scores.append(score)
-                if time.perf_counter() - started > budget:
-                    out.finished = len(out.labels) == len(messages)
-                    break
-            out.seconds = time.perf_counter() - started
-            out.notes["wordlist_bytes"] = sum(
-                os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)
-            )
-            version = subprocess.run([binary, "-V"], capture_output=True, text=True)
-            out.notes["version"] = version.stdout.splitlines()[0] if version.stdout else "?"
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-        return out
+            answer = json.loads(self._post("/learnspam" if is_spam else "/learnham", data))
+        except urllib.error.HTTPError as error:
+            if error.code >= 500:
+                raise
+            answer = {"error": error.code}
+        if "error" in answer:
+            self.refused = getattr(self, "refused", 0) + 1
+
+    def state_bytes(self, folder: str) -> int:
+        info = subprocess.run(
+            ["redis-cli", "-p", str(self.redis_port), "info", "memory"],
+            capture_output=True, text=True, check=False,
+        ).stdout
+        for line in info.splitlines():
+            if line.startswith("used_memory:"):
+                return int(line.split(":")[1])
+        return 0
+
+    def version(self) -> str:
+        return _first_line(["rspamd", "--version"])
+
+    def settings(self) -> dict:
+        return {
+            "min_learns": self.MIN_LEARNS,
+            "min_tokens": self.MIN_TOKENS,
+            "refused_learns": getattr(self, "refused", 0),
+        }
 
 
 # Filters whose cost per message grows with the vocabulary: only these are cut off by the time
@@ -244,6 +572,21 @@ PEERS = (
     "sklearn-multinomial",
     "sklearn-bernoulli",
     "bogofilter",
+    "crm114-osb",
+    "crm114-osb-thick",
+    "spamprobe",
+    "rspamd-bayes",
+)
+
+# The mail filters users choose between, side by side in the summary table (each a program of
+# its own, so a missing one is skipped with a line that says how to install it).
+MAIL_FILTERS = (
+    "streamnb",
+    "bogofilter",
+    "crm114-osb",
+    "crm114-osb-thick",
+    "spamprobe",
+    "rspamd-bayes",
 )
 
 
@@ -257,4 +600,10 @@ def make_filter(name: str, classes: list[str], tables=None):
         return SklearnFilter(name.split("-", 1)[1], classes)
     if name == "bogofilter":
         return BogofilterFilter()
+    if name in ("crm114-osb", "crm114-osb-thick"):
+        return Crm114Filter(thick=name.endswith("-thick"))
+    if name == "spamprobe":
+        return SpamprobeFilter()
+    if name == "rspamd-bayes":
+        return RspamdBayesFilter()
     raise ValueError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")

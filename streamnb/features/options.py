@@ -79,6 +79,10 @@ class FeaturizerOptions:
     stop_lists: tuple[str, ...] = ()  # built-in stop-word lists to drop: "english", "chinese"
     stop_words: tuple[str, ...] = ()  # further words to drop
     bigrams: bool = False  # also count adjacent body-word pairs, as "first second"
+    # > 1: also count each body word paired with each of the next osb_window - 1 words, the
+    # distance kept (crm114's orthogonal sparse bigrams; 5 is crm114's window): "cheap pills",
+    # "cheap _ pills" (one word between), "cheap _ _ pills", ... Includes what bigrams counts.
+    osb_window: int = 0
     cjk_segmenter: str = "rjieba"  # "rjieba" (Rust port of jieba) | "jieba" | "chars"
     cjk_hmm: bool = True  # let the segmenter guess words missing from its dictionary
     html: str = "selectolax"  # visible text of HTML parts: "selectolax" | "strip" (a regex)
@@ -122,6 +126,13 @@ class FeaturizerOptions:
                 raise ValueError(f"{f.name} must be a non-negative number, got {value!r}")
         if isinstance(self.hash_buckets, bool) or self.hash_buckets < 0:
             raise ValueError(f"hash_buckets must be 0 (off) or positive, got {self.hash_buckets!r}")
+        if isinstance(self.osb_window, bool) or not isinstance(self.osb_window, int) or (
+            self.osb_window < 0 or self.osb_window == 1
+        ):
+            raise ValueError(
+                f"osb_window must be 0 (off) or at least 2 (words per window), "
+                f"got {self.osb_window!r}"
+            )
         if self.min_token_len > self.max_token_len:
             raise ValueError("min_token_len must not exceed max_token_len")
         import codecs

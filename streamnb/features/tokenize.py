@@ -15,7 +15,10 @@ Rules (each an option of :class:`~streamnb.features.options.FeaturizerOptions`):
 * ``numbers``: ``keep`` them, ``drop`` them, or ``shape`` them (each digit becomes ``0``);
 * URLs give ``url:<host>`` and ``url:<domain>`` tokens (``url:ip`` for a numeric host);
 * stop words (``stop_lists``, ``stop_words``) are dropped;
-* ``bigrams`` adds ``"first second"`` for each pair of adjacent words that were kept.
+* ``bigrams`` adds ``"first second"`` for each pair of adjacent words that were kept;
+* ``osb_window`` > 1 adds crm114's orthogonal sparse bigrams: each kept word paired with each
+  of the next ``osb_window - 1`` kept words, one ``_`` per word between them
+  (``"first second"``, ``"first _ third"``, ...; see :func:`osb_pairs`).
 
 >>> tok = Tokenizer(FeaturizerOptions(bigrams=True))
 >>> sorted(tok.count("Get $100 NOW, at http://www.Cheap-Pills.com/buy!").items())
@@ -39,7 +42,7 @@ from streamnb.features.mail import registrable_domain
 from streamnb.features.options import FeaturizerOptions
 from streamnb.features.stopwords import STOP_LISTS
 
-__all__ = ["Tokenizer", "url_hosts"]
+__all__ = ["Tokenizer", "osb_pairs", "url_hosts"]
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef"
 _HAN_RUN_RE = re.compile(f"([{_HAN}]+)")
@@ -104,6 +107,22 @@ def url_tokens(hosts: Iterable[str]) -> list[str]:
         if domain != host:
             tokens.append("url:" + domain)
     return tokens
+
+
+def osb_pairs(words: list[str], window: int) -> list[str]:
+    """Orthogonal sparse bigrams: each word with each of the next ``window - 1`` words.
+
+    The distance is kept as one ``_`` per word skipped, so the same two words one and two
+    words apart are different tokens (crm114's OSB, which also keeps the distance in its hash).
+
+    >>> osb_pairs(["buy", "cheap", "pills", "now"], 3)
+    ['buy cheap', 'cheap pills', 'pills now', 'buy _ pills', 'cheap _ now']
+    """
+    pairs: list[str] = []
+    for distance in range(1, window):
+        joiner = " " + "_ " * (distance - 1)
+        pairs += map(joiner.join, zip(words, words[distance:], strict=False))
+    return pairs
 
 
 class Tokenizer:
@@ -248,7 +267,7 @@ class Tokenizer:
         on_cut: Callable[[], None] | None = None,
         urls: bool = True,
     ) -> Counter[str]:
-        """Token -> occurrences in ``text`` (words, bigrams, money and URL tokens).
+        """Token -> occurrences in ``text`` (words, word pairs, money and URL tokens).
 
         At most ``max_tokens`` words are counted; ``on_cut`` is called if that cut the text.
         ``urls=False`` leaves URL tokens to the caller (a mail takes them from its HTML).
@@ -262,10 +281,10 @@ class Tokenizer:
         on_cut: Callable[[], None] | None = None,
         urls: bool = True,
     ) -> tuple[Counter[str], int]:
-        """:meth:`count`, and the number of words read (stop words included, bigrams not)."""
+        """:meth:`count`, and the number of words read (stop words included, pairs not)."""
         options = self.options
         counts = None
-        if not options.bigrams and options.numbers == "keep":
+        if not (options.bigrams or options.osb_window) and options.numbers == "keep":
             counts = self._bag_of_words(text)  # the fast path: order does not matter
             n_words = counts.total()
             if max_tokens is not None and n_words > max_tokens:
@@ -298,7 +317,9 @@ class Tokenizer:
         if self._stop:
             words = list(filterfalse(self._stop.__contains__, words))  # C-level loop
         counts = Counter(words)
-        if self.options.bigrams:
+        if self.options.osb_window:  # its pairs at distance 1 are the bigrams
+            counts.update(osb_pairs(words, self.options.osb_window))
+        elif self.options.bigrams:
             counts.update(map(" ".join, zip(words, words[1:], strict=False)))
         return counts, n_words
 

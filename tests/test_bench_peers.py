@@ -1,0 +1,60 @@
+"""bench.peers' outside filters: a missing program is skipped with one clear line; an installed
+one runs the immediate-feedback loop (these peers are benchmark-only: CI need not have them)."""
+
+import argparse
+
+import pytest
+
+from bench.peers import __main__ as peers_main
+from bench.peers.filters import MAIL_FILTERS, CommandPeer, make_filter
+from streamnb.codec import Message
+
+OUTSIDE = [name for name in MAIL_FILTERS if isinstance(make_filter(name, []), CommandPeer)]
+
+
+@pytest.mark.parametrize("name", OUTSIDE)
+def test_a_missing_program_skips_the_filter_with_a_line_saying_how_to_install_it(
+    name, monkeypatch, capsys
+):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    args = argparse.Namespace(cache=None, data=None, budget=1.0, config=None, overrides=[])
+    row = peers_main._run_one(args, "sms", name, 10)
+    assert row["stream"] == "sms" and row["peer"] == name
+    assert "apt-get install" in row["unavailable"]
+    assert f"sms / {name}: skipped, " in capsys.readouterr().err
+    block = peers_main.render([row], {**_machine(), "load": "0"}, "cmd")
+    assert f"| sms | {name} | skipped: " in block
+
+
+def _machine():
+    return {"nproc": 2, "cpu": "?", "python": "3", "numpy": "2", "river": "?",
+            "scikit-learn": "?", "os": "?"}
+
+
+# Each text once (rspamd declines to learn a message it has learnt already).
+MESSAGES = [
+    Message(id=str(i), label=label, text=f"{text} {i}")
+    for i, (label, text) in enumerate(
+        [("ham", "lunch at noon with the team"), ("spam", "win cash now click here")] * 6
+    )
+]
+
+
+@pytest.mark.slow  # rspamd takes its seconds to start
+@pytest.mark.parametrize("name", OUTSIDE)
+def test_an_installed_filter_scores_then_learns_every_message(name):
+    flt = make_filter(name, ["ham", "spam"])
+    if flt.missing():
+        pytest.skip(f"{name}: {flt.missing()}")
+    flt.warm_up()
+    run = flt.run(MESSAGES, budget=float("inf"))
+    assert run.finished and run.labels == [m.label for m in MESSAGES]
+    assert all(isinstance(s, float) for s in run.scores)
+    if name != "rspamd-bayes":  # rspamd reads its learn counts a second after they change
+        # After a few rounds of the same two texts, spam scores above ham.
+        assert run.scores[-1] > run.scores[-2]
+    assert run.notes["wordlist_bytes"] > 0
+
+
+def test_the_mail_group_lists_the_side_by_side_filters_once():
+    assert peers_main._peer_names("mail,bogofilter") == list(MAIL_FILTERS)
