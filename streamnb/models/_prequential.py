@@ -176,7 +176,11 @@ def prequential_many(model: MultinomialNB, xs: list, ys: list) -> list[dict[str,
         changed_rows = rows[starts[changed]]
         model._counts[changed_rows] += group_sums[changed]
         _after_bulk_learning(model, changed_rows)
+        if model._changed_rows is not None:
+            model._note_rows(changed_rows)
     model._n_docs += learned_docs.sum(axis=0)
+    if model._changed_rows is not None and labelled.any():
+        model._totals_changed = True
     model._totals += learned_totals.sum(axis=0)
     model._active = None
     model._log_prior_cache = None
