@@ -57,9 +57,10 @@ import orjson
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from streamnb.daemon.checkpoint import read_checkpoint  # noqa: E402
+
 from streamnb.config import load_settings  # noqa: E402
 from streamnb.daemon import build_daemon  # noqa: E402
-from streamnb.daemon.checkpoint import read_checkpoint  # noqa: E402
 from streamnb.daemon.kafka_io import create_topics, produce, read_all  # noqa: E402
 from streamnb.metrics import Metrics  # noqa: E402
 from streamnb.models import MultinomialNB  # noqa: E402

@@ -36,8 +36,8 @@ sys.path.insert(0, str(REPO))
 
 import orjson  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
 from streamnb.daemon.checkpoint import read_checkpoint  # noqa: E402
+
 from streamnb.daemon.kafka_io import create_topics, produce, read_all  # noqa: E402
 
 

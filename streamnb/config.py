@@ -65,7 +65,11 @@ class KafkaSettings:
     session_timeout_ms: int = 10000
     producer_linger_ms: int = 5
     producer_acks: str = "all"
-    producer_process: bool = True
+    # The commit protocol's producer; empty: derived from group_id and group_instance_id.
+    transactional_id: str = ""
+    transaction_timeout_ms: int = 15000
+    # Of a changelog topic the daemon creates; -1: the broker's default.replication.factor.
+    changelog_replication_factor: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +81,8 @@ class ModelSettings:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointSettings:
-    path: Path = Path("var/streamnb/checkpoint.json")
     every_messages: int = 10000
-    every_seconds: float = 30.0
+    every_seconds: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,14 +201,16 @@ def _acks(key: str, value: Any) -> str:
     return ""  # unreachable
 
 
+def _replication_factor(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not (value == -1 or value >= 1):
+        _fail(key, "-1 (the broker's default) or a positive integer", value)
+    return value
+
+
 def _bool(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
         _fail(key, "true or false", value)
     return value
-
-
-def _path(key: str, value: Any) -> Path:
-    return Path(_nonempty_str(key, value))
 
 
 def _table(key: str, value: Any) -> dict[str, Any]:
@@ -232,7 +237,9 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
             "session_timeout_ms": _positive_int,
             "producer_linger_ms": _positive_int,
             "producer_acks": _acks,
-            "producer_process": _bool,
+            "transactional_id": _str,
+            "transaction_timeout_ms": _positive_int,
+            "changelog_replication_factor": _replication_factor,
         },
     ),
     "model": (
@@ -241,7 +248,7 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
     ),
     "checkpoint": (
         CheckpointSettings,
-        {"path": _path, "every_messages": _positive_int, "every_seconds": _positive_float},
+        {"every_messages": _positive_int, "every_seconds": _positive_float},
     ),
     "feedback": (FeedbackSettings, {"max_ids": _positive_int, "max_bytes": _positive_int}),
     "metrics": (
@@ -298,10 +305,8 @@ def load_settings(
 ) -> Settings:
     """Read ``path`` (or ``text``), apply ``STREAMNB_*`` overrides from ``environ``, validate.
 
-    ``environ`` defaults to :data:`os.environ`. Relative checkpoint paths are resolved
-    against the directory of the config file (or the working directory for ``text``).
+    ``environ`` defaults to :data:`os.environ`.
     """
-    base = Path.cwd()
     if text is None:
         if path is None:
             raise ConfigError("config: no file given")
@@ -310,7 +315,6 @@ def load_settings(
             text = config_path.read_text(encoding="utf-8")
         except OSError as error:
             raise ConfigError(f"config: cannot read {config_path}: {error.strerror}") from None
-        base = config_path.resolve().parent
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -336,13 +340,6 @@ def load_settings(
             fields[key] = checks[key](f"{table}.{key}", item)
         sections[table] = cls(**fields)
     settings = Settings(**sections)
-    if not settings.checkpoint.path.is_absolute():
-        checkpoint = CheckpointSettings(
-            path=base / settings.checkpoint.path,
-            every_messages=settings.checkpoint.every_messages,
-            every_seconds=settings.checkpoint.every_seconds,
-        )
-        settings = Settings(**{**_as_dict(settings), "checkpoint": checkpoint})
     kafka = settings.kafka
     topics = {kafka.output_topic, kafka.dead_letter_topic}
     clash = topics.intersection(kafka.input_topics)

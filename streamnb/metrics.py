@@ -427,14 +427,27 @@ class Metrics:
         )
         self._checkpoint_time = Gauge(
             "streamnb_last_checkpoint_timestamp_seconds",
-            "Unix time of the last completed checkpoint (age: time() - this).", registry=r,
+            "Unix time of the last committed transaction (age: time() - this).", registry=r,
         )
         self._checkpoint_duration = Histogram(
-            "streamnb_checkpoint_duration_seconds", "Time to write one checkpoint.",
+            "streamnb_checkpoint_duration_seconds",
+            "Time to commit one transaction (changelog records, offsets, commit).",
             buckets=CHECKPOINT_BUCKETS, registry=r,
         )
         self._checkpoint_size = Gauge(
-            "streamnb_checkpoint_size_bytes", "Size of the last checkpoint written.", registry=r
+            "streamnb_checkpoint_size_bytes",
+            "Changelog bytes (keys and values) written by the last commit.", registry=r
+        )
+        self._global_staleness = Gauge(
+            "streamnb_global_model_staleness_seconds",
+            "Seconds since the slices this daemon does not own were last read up to the end "
+            "of their changelog (0 while caught up; their owners' commits lag behind too).",
+            registry=r,
+        )
+        self._global_lag = Gauge(
+            "streamnb_global_model_lag_records",
+            "Changelog records of the slices this daemon does not own, not yet applied to its "
+            "global model.", registry=r,
         )
         self._vocabulary = Gauge(
             "streamnb_model_vocabulary_size", "Distinct features (tokens) the model knows.",
@@ -531,6 +544,10 @@ class Metrics:
         self._checkpoint_time.set_to_current_time()
         self._checkpoint_duration.observe(duration_seconds)
         self._checkpoint_size.set(size_bytes)
+
+    def set_global_model_staleness(self, seconds: float, lag_records: int) -> None:
+        self._global_staleness.set(seconds)
+        self._global_lag.set(lag_records)
 
     def set_model_size(self, vocabulary_size: int, state_bytes: int) -> None:
         self._vocabulary.set(vocabulary_size)

@@ -3,15 +3,17 @@
 The loop is prequential: every message is predicted by the current model **before** anything
 is learned from it. An unlabelled message's prediction goes to the output topic; a labelled
 message's prediction feeds the accuracy metrics and then the model learns it. Feedback
-(``{"type": "feedback", "id": ..., "label": ...}``) is applied through the
-:class:`~streamnb.daemon.feedback.FeedbackStore`, which makes it idempotent. Anything that cannot be
-used goes to the dead-letter topic with its original bytes and a reason.
+(``{"type": "feedback", "id": ..., "label": ...}``) is applied through the partition's
+:class:`~streamnb.daemon.feedback.FeedbackStore`, which makes it idempotent. Anything that
+cannot be used goes to the dead-letter topic with its original bytes and a reason.
 
-State is kept per input partition ("slices", see ``docs/daemon.md``): each slice is a model
-holding what was learned from that partition, plus the next offset it covers. The model used
-for predictions is the sum of the assigned slices. :meth:`Daemon.checkpoint` writes all of it
-in one atomic file; on assignment the daemon loads a partition's slice and seeks to exactly its
-saved offset, so every label is counted once whatever moment the process died.
+State is kept per input partition ("slices", :mod:`streamnb.daemon.partitions`) in Kafka: each
+slice lives in a partition of a compacted changelog topic (:mod:`streamnb.daemon.changelog`).
+The daemon learns into the slices of the partitions the group assigned to it, reads every
+other slice from the changelog, and predicts with the sum of all of them (the global model).
+:meth:`Daemon.checkpoint` commits one Kafka transaction holding the outputs of the records
+since the last commit, the changed keys of the owned slices and the input offsets, so a crash
+anywhere leaves all of a commit or none of it (see its numbered steps).
 
 The Kafka side is injected (``io_factory``) so the loop can be tested against an in-memory
 fake; :class:`~streamnb.daemon.kafka_io.KafkaIO` is the real one.
@@ -24,6 +26,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -35,8 +38,10 @@ from typing import Any
 from streamnb import __version__
 from streamnb.codec import Feedback, encode
 from streamnb.config import ConfigError, Settings, load_settings
-from streamnb.daemon.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from streamnb.daemon.changelog import ChangelogError, changed_records
+from streamnb.daemon.errors import ChangelogTopicError, FencedError
 from streamnb.daemon.feedback import FeedbackStore, decide
+from streamnb.daemon.partitions import Partitions
 from streamnb.daemon.prepare import (
     DECODE_ERROR,
     FEEDBACK,
@@ -45,9 +50,10 @@ from streamnb.daemon.prepare import (
     InProcessPreparer,
     prepare_value,
 )
+from streamnb.daemon.watchdog import STALLED_EXIT_CODE, Watchdog
 from streamnb.logs import configure_logging
 
-__all__ = ["Daemon", "add_arguments", "build_daemon", "main", "slice_key"]
+__all__ = ["Daemon", "FENCED_EXIT_CODE", "add_arguments", "build_daemon", "main", "slice_key"]
 
 log = logging.getLogger("streamnb.daemon")
 
@@ -56,6 +62,9 @@ TP = tuple[str, int]
 DEAD_LETTER_LOG_FIRST = 10
 # Lag of every assigned partition is refreshed this often (a scrape interval is seconds).
 LAG_REPORT_SECONDS = 1.0
+#: Exit code of a daemon that found itself fenced (a newer producer with its transactional id,
+#: or a newer generation of the group): it stops without writing; restarting it is safe.
+FENCED_EXIT_CODE = 4
 
 
 @dataclass(slots=True)
@@ -103,15 +112,18 @@ def _tp(key: str) -> TP:
 
 
 class Daemon:
-    """The processing loop, rebalance handling and checkpoint protocol.
+    """The processing loop, rebalance handling and the commit protocol.
 
-    ``new_model()`` makes an empty model, ``load_model(state)`` rebuilds one from
-    ``to_state()``; ``pipeline.prepare(message).x`` is the model input; ``metrics`` follows
-    the :mod:`streamnb.metrics` API; ``io_factory(on_assigned, on_revoked)`` returns the Kafka
-    side (:class:`~streamnb.daemon.kafka_io.KafkaIO` or a fake with the same methods).
-    ``preparer`` decodes and featurizes polled batches (:mod:`streamnb.daemon.prepare`; by default
-    in this process with ``pipeline``); ``pipelined`` (by default: when the preparer runs
-    concurrently) makes :meth:`step` prepare each batch while the one before is processed.
+    ``new_model()`` makes an empty model (it must offer the keyed statistics of
+    :mod:`streamnb.models._keyed`); ``pipeline.prepare(message).x`` is the model input;
+    ``metrics`` follows the :mod:`streamnb.metrics` API; ``io_factory(on_assigned,
+    on_revoked)`` returns the Kafka side (:class:`~streamnb.daemon.kafka_io.KafkaIO` or a
+    fake with the same methods). ``preparer`` decodes and featurizes polled batches
+    (:mod:`streamnb.daemon.prepare`; by default in this process with ``pipeline``);
+    ``pipelined`` (by default: when the preparer runs concurrently) makes :meth:`step`
+    prepare each batch while the one before is processed.
+
+    Constructing the daemon reads every slice from the changelog, then joins the group.
 
     With the in-memory fakes of the test suite:
 
@@ -122,7 +134,7 @@ class Daemon:
     >>> _ = kafka.append("in", orjson.dumps({"id": "b", "text": "win big"}))
     >>> daemon = make_daemon(settings_for(pathlib.Path(tempfile.mkdtemp())), kafka)
     >>> daemon.process(daemon.io.poll(0))
-    >>> daemon.checkpoint("example")  # flushes the prediction for "b"
+    >>> daemon.checkpoint("example")  # commits the prediction for "b" with the state
     >>> orjson.loads(kafka.all("out")[0].value)["label"], daemon.offsets
     ('spam', {'in:0': 2})
     """
@@ -132,29 +144,28 @@ class Daemon:
         settings: Settings,
         pipeline: Any,
         new_model: Callable[[], Any],
-        load_model: Callable[[dict], Any],
         metrics: Any,
         io_factory: Callable[..., Any],
         preparer: Any = None,
         pipelined: bool | None = None,
+        watchdog: Watchdog | None = None,
     ):
         self.settings = settings
+        self.watchdog = watchdog
         self.pipeline = pipeline
         self.new_model = new_model
-        self.load_model = load_model
         self.metrics = metrics
         self.labels = frozenset(settings.model.labels)
         self.max_value_bytes = settings.limits.max_value_bytes
 
-        self.slices: dict[str, Any] = {}  # assigned partitions: key -> model
-        self.parked: dict[str, Any] = {}  # known but not assigned (checkpoint, revoked)
-        self.offsets: dict[str, int] = {}  # key -> next offset the slice covers
-        self.live: Any = new_model()  # sum of the assigned slices: the model that predicts
-        self.store = FeedbackStore(settings.feedback.max_ids, settings.feedback.max_bytes)
+        feedback = settings.feedback
+        self.parts = Partitions(
+            new_model, lambda key: FeedbackStore(feedback.max_ids, feedback.max_bytes))
+        self.offsets: dict[str, int] = {}  # owned key -> next offset processed
 
         self.lock = threading.RLock()
         self.stopping = False
-        self.pending = 0  # records applied since the last checkpoint
+        self.pending = 0  # records applied since the last commit
         self.last_checkpoint = time.monotonic()
         self.dead_letter_counts: Counter[str] = Counter()
         # Counter metrics are added up per batch: one call per batch instead of per message;
@@ -164,117 +175,216 @@ class Daemon:
         self._end_to_end: list[float] = []
         self.checkpoints_written = 0
         # Set when an unexpected error may have left a record half applied: from then on no
-        # checkpoint is written, so a restart replays from the last consistent one.
+        # commit is made, so a restart resumes from the last consistent one.
         self.failed = False
+        # Why the loop must end now (partitions lost, fenced), with its exit code.
+        self.fatal: tuple[int, str] | None = None
         # When the group last took partitions away (or the daemon started) without giving the
         # new assignment yet; None once an assignment (possibly empty) has arrived.
         self.rebalancing_since: float | None = time.monotonic()
         # Bumped by every revocation and assignment: a batch polled in an earlier generation
         # is not processed (see step()).
         self.generation = 0
+        # Partitions assigned since the main loop last reported where they resumed.
+        self._newly_assigned: list[TP] = []
+        # When every remote slice was last seen caught up with its changelog.
+        self.remote_caught_up_at = time.monotonic()
         self.preparer = preparer or InProcessPreparer(pipeline, self.max_value_bytes)
         self.pipelined = self.preparer.concurrent if pipelined is None else pipelined
         self._in_flight: _InFlight | None = None
         self.poll_guard: contextlib.AbstractContextManager = contextlib.nullcontext()
 
-        self._load_checkpoint()
         self.io = io_factory(self.on_assigned, self.on_revoked)
+        self._changelog_input = {
+            self.io.changelog_of((topic, 0))[0]: topic for topic in settings.kafka.input_topics
+        }
+        self._restore_all()
+        self.io.subscribe()
 
-    # ------------------------------------------------------------------ start-up
-    def _load_checkpoint(self) -> None:
-        body = read_checkpoint(self.settings.checkpoint.path)
-        if body is None:
-            log.info("no checkpoint at %s: starting empty", self.settings.checkpoint.path)
-            return
-        model = body.get("model", {})
-        if model.get("kind") != self.settings.model.kind:
-            raise CheckpointError(
-                f"{self.settings.checkpoint.path} holds a {model.get('kind')!r} model but "
-                f"model.kind is {self.settings.model.kind!r}: move the checkpoint away or "
-                "change the config"
-            )
-        for key, part in body["slices"].items():
-            self.parked[key] = self.load_model(part["model"])
-            self.offsets[key] = int(part["next_offset"])
-        self.store = FeedbackStore.from_state(
-            body["feedback"], self.settings.feedback.max_ids, self.settings.feedback.max_bytes
-        )
-        if body.get("metrics") is not None:
-            self.metrics.load_state(body["metrics"])
+    # ------------------------------------------------------------------ the slices
+    @property
+    def live(self) -> Any:
+        """The model that predicts: the sum of every slice, owned and remote."""
+        return self.parts.live
+
+    @property
+    def slices(self) -> dict[str, Any]:
+        """The owned slices' models, by key."""
+        return {key: part.model for key, part in self.parts.slices.items() if part.owned}
+
+    @property
+    def parked(self) -> dict[str, Any]:
+        """The remote slices' models (read from the changelog), by key."""
+        return {key: part.model for key, part in self.parts.slices.items() if not part.owned}
+
+    def _store(self, key: str) -> FeedbackStore:
+        return self.parts.slices[key].store
+
+    def _input_key(self, changelog_tp: TP) -> str:
+        return slice_key((self._changelog_input[changelog_tp[0]], changelog_tp[1]))
+
+    def _restore_all(self) -> None:
+        """Read every changelog partition to its end before joining the group: the global
+        model is whole before the first prediction."""
+        started = time.perf_counter()
+        tps = self.io.input_partitions()
+        for tp in tps:
+            self.parts.slice(slice_key(tp))
+        changelog_tps = [self.io.changelog_of(tp) for tp in tps]
+        self.io.tail_assign(dict.fromkeys(changelog_tps))
+        applied = self._catch_up(changelog_tps)
         log.info(
-            "loaded checkpoint %s: %d partition slice(s), %d remembered id(s)",
-            self.settings.checkpoint.path,
-            len(self.parked),
-            len(self.store),
-            extra={"event": "checkpoint_loaded", "offsets": dict(self.offsets)},
+            "read the state of %d partition(s) from the changelog: %d record(s) in %.2f s, "
+            "%d update(s) in the global model",
+            len(tps),
+            applied,
+            time.perf_counter() - started,
+            self.live.n_updates,
+            extra={"event": "state_restored", "partitions": len(tps), "records": applied,
+                   "seconds": round(time.perf_counter() - started, 3)},
         )
+
+    def _catch_up(self, changelog_tps: list[TP], timeout: float | None = None) -> int:
+        """Apply changelog records until each of ``changelog_tps`` is read to its committed
+        end (records of other partitions read meanwhile are applied too)."""
+        if not changelog_tps:
+            return 0
+        limit = self.settings.kafka.stall_seconds if timeout is None else timeout
+        ends = self.io.tail_ends(changelog_tps)
+        deadline = time.monotonic() + limit
+        applied = 0
+        while True:
+            positions = self.io.tail_positions(changelog_tps)
+            if all(positions[tp] >= ends[tp] for tp in changelog_tps):
+                return applied
+            if time.monotonic() > deadline:
+                raise ChangelogError(
+                    f"the changelog could not be read to its end within {limit:.0f} s "
+                    f"(positions {positions}, ends {ends})")
+            applied += self._apply_changelog(self.io.tail_poll(200))
+
+    def _apply_changelog(self, records: list) -> int:
+        """Apply records read from the changelog to the remote slices (and the global model)."""
+        if not records:
+            return 0
+        by_key: dict[str, list] = {}
+        for record in records:
+            by_key.setdefault(self._input_key(record.tp), []).append(record)
+        applied = 0
+        with self.lock:
+            for key, items in by_key.items():
+                part = self.parts.slice(key)
+                if part.owned:
+                    continue  # read before it was assigned here: its state is already held
+                where = f"changelog {items[0].topic}:{items[0].partition} offsets " \
+                        f"{items[0].offset}-{items[-1].offset}"
+                try:
+                    applied += self.parts.apply_remote(
+                        key, [(r.key, r.value) for r in items])
+                except ChangelogError as error:
+                    raise ChangelogError(f"{where}: {error}") from None
+        return applied
+
+    def follow_changelog(self) -> None:
+        """Apply what the changelog reader has fetched (no waiting), and note the staleness."""
+        self._apply_changelog(self.io.tail_poll(0))
+        lag = self.io.tail_lag() if hasattr(self.io, "tail_lag") else 0
+        now = time.monotonic()
+        if not lag:
+            self.remote_caught_up_at = now
+        setter = getattr(self.metrics, "set_global_model_staleness", None)
+        if setter is not None:
+            setter(now - self.remote_caught_up_at, lag)
 
     # ------------------------------------------------------------------ rebalance
     def on_assigned(self, tps: list[TP]) -> None:
-        """Load each newly assigned partition's slice and seek to exactly its saved offset."""
+        """Take each newly assigned partition's slice over: read its changelog to the end
+        (it is usually held already, as a remote slice), then learn into it. The consumer
+        resumes each partition at the offset committed with that state."""
+        started = time.perf_counter()
         with self.lock:
             self.generation += 1
             self.rebalancing_since = None
-            decisions = {}
-            for tp in tps:
+            new = [tp for tp in tps if not self.parts.slice(slice_key(tp)).owned]
+            changelog_tps = [self.io.changelog_of(tp) for tp in new]
+            known = set(self.io.tail_assignment())
+            self.io.tail_assign({tp: None for tp in changelog_tps if tp not in known})
+            applied = self._catch_up(changelog_tps)
+            self.io.tail_unassign(changelog_tps)
+            for tp in new:
                 key = slice_key(tp)
-                if key in self.slices:
-                    continue
-                if key in self.parked and key in self.offsets:
-                    self.slices[key] = self.parked.pop(key)
-                    self.io.seek(tp, self.offsets[key])
-                    decisions[key] = f"resume at {self.offsets[key]}"
-                else:
-                    # No state for this partition: read it from the configured end. Offsets
-                    # committed in Kafka are never used to resume, because without the slice
-                    # they cover, resuming there would silently drop what it had learned.
-                    self.slices[key] = self.new_model()
-                    self.parked.pop(key, None)
-                    self.offsets.pop(key, None)
-                    if self.settings.kafka.start_offset == "earliest":
-                        self.io.seek_to_beginning(tp)
-                    else:
-                        self.io.seek_to_end(tp)
-                    decisions[key] = f"no checkpoint: start at {self.settings.kafka.start_offset}"
-            self._rebuild_live()
+                self.parts.own(key)
+                self.offsets.pop(key, None)
+            self._newly_assigned.extend(new)
         log.info(
-            "partitions assigned: %s",
-            ", ".join(f"{k} ({d})" for k, d in decisions.items()) or "none new",
-            extra={"event": "assigned", "partitions": decisions},
+            "partitions assigned: %s (state caught up from the changelog: %d record(s), "
+            "%.3f s)",
+            ", ".join(slice_key(tp) for tp in new) or "none new",
+            applied,
+            time.perf_counter() - started,
+            extra={"event": "assigned", "partitions": [slice_key(tp) for tp in new],
+                   "records": applied, "seconds": round(time.perf_counter() - started, 4)},
         )
 
     def on_revoked(self, tps: list[TP], lost: bool = False) -> None:
-        """Checkpoint before giving partitions up, then take their slices out of the model."""
+        """Commit before giving partitions up, then read their slices from the changelog."""
         with self.lock:
             self.generation += 1
             self.rebalancing_since = time.monotonic()
-            if self.pending and not self.failed:
-                # kafka-python runs this on its IO thread, where a blocking commit is not
-                # allowed; the asynchronous one is enough for lag dashboards.
-                self.checkpoint("revoked" if not lost else "lost", commit=not lost, wait=False)
-            for tp in tps:
-                key = slice_key(tp)
-                model = self.slices.pop(key, None)
-                if model is not None and key in self.offsets:
-                    self.parked[key] = model  # nothing read yet: nothing worth keeping
+            if lost:
+                # Their uncommitted changes may already belong to no one: abort, and let a
+                # restart read the committed state.
+                self.fatal = (STALLED_EXIT_CODE, "partitions lost (the session expired?): "
+                              "exiting so a restart reads the committed state")
+                self.failed = True
+                with contextlib.suppress(Exception):
+                    self.io.abort()
+            elif self.pending and not self.failed:
+                self.checkpoint("revoked")
+            keys = [slice_key(tp) for tp in tps]
+            if not lost:
+                changelog_tps = [self.io.changelog_of(tp) for tp in tps]
+                # From the committed end: what is before it is what this daemon holds.
+                self.io.tail_assign(self.io.tail_ends(changelog_tps))
+            for tp, key in zip(tps, keys, strict=True):
+                self.parts.disown(key)
+                self.offsets.pop(key, None)
                 self.metrics.forget_partition(*tp)
-            self._rebuild_live()
-        log.info(
+        log.log(
+            logging.ERROR if lost else logging.INFO,
             "partitions %s: %s",
             "lost" if lost else "revoked",
-            ", ".join(slice_key(tp) for tp in tps),
-            extra={"event": "lost" if lost else "revoked", "partitions": tps},
+            ", ".join(keys),
+            extra={"event": "lost" if lost else "revoked", "partitions": keys},
         )
 
-    def _rebuild_live(self) -> None:
-        if len(self.slices) == 1:
-            # One partition (the common case): the slice *is* the live model, learned once.
-            (self.live,) = self.slices.values()
-            return
-        live = self.new_model()
-        for model in self.slices.values():
-            live += model
-        self.live = live
+    def report_assignments(self) -> None:
+        """Log where each newly assigned partition resumed: at the offset committed with its
+        state, or (never committed: its first assignment in this group) at
+        ``kafka.start_offset``. Called from the loop, not the rebalance callback, because it
+        asks the group coordinator."""
+        with self.lock:
+            new, self._newly_assigned = self._newly_assigned, []
+        for tp in new:
+            committed = self.io.committed(tp)
+            key = slice_key(tp)
+            if committed is None:
+                log.info(
+                    "partition %s has no committed offset (its first assignment in group %s): "
+                    "starting at %s", key, self.settings.kafka.group_id,
+                    self.settings.kafka.start_offset,
+                    extra={"event": "partition_started", "partition": key,
+                           "start_offset": self.settings.kafka.start_offset},
+                )
+            else:
+                with self.lock:
+                    if key in self.parts.slices and self.parts.slices[key].owned:
+                        # where the lag is counted from until a record is processed
+                        self.offsets.setdefault(key, committed)
+                log.info(
+                    "partition %s resumes at its committed offset %d", key, committed,
+                    extra={"event": "partition_resumed", "partition": key, "offset": committed},
+                )
 
     # ------------------------------------------------------------------ processing
     def process(self, records: list, prepared: list | None = None) -> None:
@@ -313,9 +423,9 @@ class Daemon:
             self._flush_tally()
 
     def _batches(self, key: str) -> bool:
-        """Whether records of ``key`` may be scored in runs: the live model is the slice
-        (learning goes to one model) and it has the batch step (the test fakes may not)."""
-        return self.live is self.slices[key] and hasattr(self.live, "prequential_many")
+        """Whether records of ``key`` may be scored in runs: the live model has the batch
+        step (the test fakes may not)."""
+        return hasattr(self.live, "prequential_many")
 
     def _prepare(self, record) -> tuple | None:
         """The preparer's result for ``record``, computed here (None when it is too large)."""
@@ -336,7 +446,7 @@ class Daemon:
         if result is None or result[0] != MESSAGE:
             return None  # too large, a decode error, feedback, or rejected by the featurizer
         _, msg_id, label, x, x_json = result
-        if not self._label_allowed(label) or msg_id in self.store or msg_id in run_ids:
+        if not self._label_allowed(label) or msg_id in self._store(key) or msg_id in run_ids:
             return None
         return _NewMessage(record, key, msg_id, label, x, x_json, started)
 
@@ -356,10 +466,14 @@ class Daemon:
                 self._predict_and_learn(new)
                 self.offsets[new.key] = new.record.offset + 1
             return
+        slices = self.parts.slices
         for new, proba in zip(run, probas, strict=True):
             self._record_scored(new, proba, updates)
             if new.label is not None:
                 updates += 1
+                model = slices[new.key].model
+                if model is not self.live:  # the live model learned it in the batch step
+                    model.learn_one(new.x, new.label)
             self.offsets[new.key] = new.record.offset + 1
 
     def report_lag(self) -> None:
@@ -436,11 +550,12 @@ class Daemon:
             self._dead_letter(new.record, "model_rejected", str(error))
             return
         msg_id, key, label = new.msg_id, new.key, new.label
-        entry = self.store.get(msg_id)
+        store = self._store(key)
+        entry = store.get(msg_id)
         if label is None:
             self._tally["consumed", "unlabelled"] += 1
             if entry is None:
-                self.store.remember(msg_id, key, new.x_json, None)
+                store.remember(msg_id, key, new.x_json, None)
             self._emit(msg_id, _predicted(proba), proba, new.record, new.started)
             return
 
@@ -452,7 +567,7 @@ class Daemon:
             except Exception as error:  # noqa: BLE001
                 self._dead_letter(new.record, "model_rejected", str(error))
                 return
-            self.store.remember(msg_id, key, new.x_json, label)
+            store.remember(msg_id, key, new.x_json, label)
         else:
             # The same id again (a producer retry, or a re-sent message): each id counts once,
             # under its latest label, exactly as feedback would treat it.
@@ -466,32 +581,36 @@ class Daemon:
         msg_id, label = new.msg_id, new.label
         if label is None:
             self._tally["consumed", "unlabelled"] += 1
-            self.store.remember(msg_id, new.key, new.x_json, None)
+            self._store(new.key).remember(msg_id, new.key, new.x_json, None)
             self._emit(msg_id, _predicted(proba), proba, new.record, new.started,
                        model_updates)
             return
         self._tally["consumed", "labelled"] += 1
         self.metrics.observe_labelled(label, _predicted(proba), proba)
         self._tally["learned", label] += 1
-        self.store.remember(msg_id, new.key, new.x_json, label)
+        self._store(new.key).remember(msg_id, new.key, new.x_json, label)
         self._latencies.append(time.perf_counter() - new.started)
 
     def _feedback(self, feedback: Feedback, record) -> None:
         if not self._label_ok(feedback.label, record):
             return
-        entry = self.store.get(feedback.id)
-        if entry is None or (entry.slice not in self.slices and entry.slice not in self.parked):
+        key = slice_key(record.tp)
+        store = self._store(key)
+        entry = store.get(feedback.id)
+        if entry is None:
             self.metrics.feedback_outcome("unknown_id")
             self._dead_letter(
                 record,
                 "unknown_id",
-                f"id {feedback.id!r:.80} is not among the {len(self.store)} remembered messages "
-                "(aged out, or never seen by this daemon)",
+                f"id {feedback.id!r:.80} is not among the {len(store)} remembered messages of "
+                f"partition {key} (aged out, never seen, or its message went to another "
+                "partition: key input records by message id)",
             )
             return
         self._apply_label(feedback.id, entry, feedback.label)
 
     def _apply_label(self, msg_id: str, entry, label: str) -> None:
+        store = self._store(entry.slice)
         outcome = decide(entry, label)
         if outcome == "learned":
             self._learn(entry.slice, entry.x, label)
@@ -502,24 +621,14 @@ class Daemon:
             self._learn(entry.slice, x, label)
             self.metrics.relabelled()
         if outcome != "duplicate":
-            self.store.set_label(msg_id, label)
+            store.set_label(msg_id, label)
         self.metrics.feedback_outcome(outcome)
 
     def _learn(self, key: str, x: Any, label: str, unlearn: bool = False) -> None:
-        """Add (or remove) one labelled input to the slice ``key`` and to the live model."""
-        model = self.slices.get(key)
-        assigned = model is not None
-        if not assigned:
-            model = self.parked[key]  # feedback for a message of a partition given up since
-        if unlearn:
-            model.unlearn_one(x, label)
-            if assigned and self.live is not model:
-                self.live.unlearn_one(x, label)
-            return
-        model.learn_one(x, label)
-        if assigned and self.live is not model:
-            self.live.learn_one(x, label)
-        self._tally["learned", label] += 1
+        """Add (or remove) one labelled input to the owned slice ``key`` and the live model."""
+        self.parts.learn(key, x, label, unlearn=unlearn)
+        if not unlearn:
+            self._tally["learned", label] += 1
 
     def _emit(self, msg_id: str, predicted, proba: dict, record, started: float,
               model_updates: int | None = None) -> None:
@@ -530,6 +639,10 @@ class Daemon:
             "probabilities": proba,
             "score": proba[predicted] if predicted is not None else None,
             "model_updates": self.live.n_updates if model_updates is None else model_updates,
+            # The sum of every partition's slice: the group's model, remote slices lagging by
+            # about one commit interval of their owners.
+            "model": "global",
+            "model_partitions": len(self.parts.slices),
             "topic": record.topic,
             "partition": record.partition,
             "offset": record.offset,
@@ -578,76 +691,84 @@ class Daemon:
                 },
             )
 
-    # ------------------------------------------------------------------ checkpoint
-    def checkpoint(self, why: str, commit: bool = True, wait: bool = True) -> None:
-        """Save every slice with its next offset, atomically, then commit offsets to Kafka.
+    # ------------------------------------------------------------------ commit
+    def checkpoint(self, why: str) -> None:
+        """Commit what the records since the last commit did, as one Kafka transaction.
 
-        1. The caller has applied whole records only: the models, the feedback store and
+        1. The caller has applied whole records only: the slices, the feedback stores and
            ``offsets`` all describe exactly the records before each partition's next offset.
-        2. Flush the producer, so every prediction and dead letter of those records is
-           acknowledged by Kafka. A delivery failure raises here, before anything is saved,
-           and the daemon stops: a restart replays those records (outputs are at least once).
-        3. Snapshot the state in memory: each slice (assigned and parked) as ``to_state()``
-           with its next offset, the feedback store, the metrics.
-        4. Write the snapshot to a temporary file next to the checkpoint and fsync it.
-        5. Rename it over the checkpoint and fsync the directory. This rename is the commit
-           point: before it the old checkpoint is whole, after it the new one is.
-        6. Commit the same offsets to the Kafka group, for lag dashboards only: the daemon
-           never resumes from them, so a crash between 5 and 6 costs nothing.
-        7. Record the checkpoint's duration and size in the metrics.
+           Their predictions and dead letters were sent into the open transaction as they
+           were made.
+        2. For each owned slice, the record of every key changed since the last commit (its
+           full current value, or a tombstone) and of every feedback entry remembered,
+           relabelled or evicted goes to the slice's changelog partition, in the transaction.
+        3. The next input offset of every owned partition goes into the transaction with the
+           group's metadata (``send_offsets_to_transaction``): a member of an older
+           generation of the group is fenced here.
+        4. Commit the transaction (bounded by the watchdog). This is the commit point: the
+           outputs, the state and the offsets become visible to ``read_committed`` readers
+           together; a crash before it leaves none of them (the broker aborts the
+           transaction, or the next producer with the same transactional id does).
+        5. Mark every owned slice unchanged: what it holds is now what its changelog holds.
+        6. Record the commit's duration and size in the metrics, and log it.
+
+        A failure in steps 2-4 ends the daemon (a fenced one with code 4, having written
+        nothing): its in-memory state is ahead of Kafka, and only a restart, which reads the
+        committed state, is exact.
         """
         if self.failed:
-            raise RuntimeError("refusing to checkpoint: a record was only partly applied")
+            raise RuntimeError("refusing to commit: a record was only partly applied")
         with self.lock:
             started = time.perf_counter()
             # Step 1: nothing to do here; process() applies records whole, under the lock.
-            # Step 2
-            self.io.flush()
-            # Step 3
-            slices = {}
-            for key in sorted({*self.slices, *self.parked}):
-                if key not in self.offsets:
-                    continue  # assigned but nothing read yet: nothing to resume from
-                model = self.slices.get(key, self.parked.get(key))
-                slices[key] = {"next_offset": self.offsets[key], "model": model.to_state()}
-            body = {
-                "written_at": time.time(),
-                "why": why,
-                "streamnb_version": __version__,
-                "model": {"kind": self.settings.model.kind},
-                "slices": slices,
-                "feedback": self.store.to_state(),
-                "metrics": self.metrics.to_state(),
-            }
-            # Steps 4 and 5 (checkpoint.write_checkpoint: temp file, fsync, rename, fsync dir)
-            size = write_checkpoint(self.settings.checkpoint.path, body)
-            assigned = {_tp(k): self.offsets[k] for k in self.slices if k in self.offsets}
+            owned = self.parts.owned
+            size = 0
+            n_records = 0
+            try:
+                # Step 2
+                for key, part in owned.items():
+                    topic, partition = self.io.changelog_of(_tp(key))
+                    for record_key, value in changed_records(part.model, part.store):
+                        self.io.send(topic, record_key, value, partition=partition)
+                        size += len(record_key) + (len(value) if value is not None else 0)
+                        n_records += 1
+                # Step 3 and Step 4 (KafkaIO.commit: send_offsets_to_transaction, then
+                # commit_transaction, each under the watchdog)
+                offsets = {_tp(k): self.offsets[k] for k in owned if k in self.offsets}
+                self.io.commit(offsets)
+            except BaseException:
+                self.failed = True
+                raise
+            # Step 5
+            for part in owned.values():
+                part.model.mark_changes()
+                part.store.mark_changes()
             self.checkpoints_written += 1
             applied, self.pending = self.pending, 0
             self.last_checkpoint = time.monotonic()
-        # Step 6 (outside the lock: a blocking commit waits on the consumer's IO thread)
-        if commit:
-            self.io.commit(assigned, wait=wait)
-        # Step 7
+        # Step 6
         duration = time.perf_counter() - started
         self.metrics.checkpoint_done(duration, size)
         self.metrics.set_model_size(
             getattr(self.live, "vocabulary_size", 0), self.live.state_nbytes()
         )
         log.info(
-            "checkpoint (%s): %d record(s) since the last, %d slice(s), %d bytes, %.3f s",
+            "commit (%s): %d record(s) since the last, %d changelog record(s) of %d slice(s), "
+            "%d bytes, %.3f s",
             why,
             applied,
-            len(slices),
+            n_records,
+            len(owned),
             size,
             duration,
             extra={
                 "event": "checkpoint",
                 "why": why,
                 "records": applied,
+                "changelog_records": n_records,
                 "bytes": size,
                 "seconds": round(duration, 4),
-                "offsets": {k: v["next_offset"] for k, v in slices.items()},
+                "offsets": {slice_key(tp): off for tp, off in offsets.items()},
             },
         )
 
@@ -798,32 +919,44 @@ class Daemon:
             self.preparer.close()
 
     def run(self) -> int:
-        """Step, checkpoint when due, until :meth:`request_stop`; then shut down.
+        """Step, follow the changelog, commit when due, until :meth:`request_stop`; then shut
+        down.
 
-        Checkpoints are taken between steps, so they cover whole batches; a batch in flight
-        is not in them (see :meth:`step`). On a stop the batch in flight is processed first,
-        then the final checkpoint is written.
+        Commits are made between steps, so they cover whole batches; a batch in flight is not
+        in them (see :meth:`step`). On a stop the batch in flight is processed first, then
+        the final commit is made. Returns the exit code: 0, 3 (stalled, or partitions lost:
+        a restart rejoins) or 4 (fenced: another daemon has taken over).
         """
         timeout = self.settings.kafka.poll_timeout_ms
-        self.poll_guard = PollWatchdog(self.settings.kafka.stall_seconds)
+        if self.watchdog is None:
+            self.watchdog = Watchdog(self.settings.kafka.stall_seconds)
+        self.poll_guard = self.watchdog
         lag_reported = 0.0
         try:
             while not self.stopping:
                 self.step(timeout)
+                if self.fatal is not None:
+                    return self._end(*self.fatal)
+                if self._newly_assigned:
+                    self.report_assignments()
+                self.follow_changelog()
                 if time.monotonic() - lag_reported >= LAG_REPORT_SECONDS:
                     self.report_lag()
                     lag_reported = time.monotonic()
                 if self.checkpoint_due():
                     self.checkpoint("interval")
                 if self._rebalance_stalled():
-                    return 3
-            # Finish: the batch in flight is applied; save it, commit, close.
+                    return STALLED_EXIT_CODE
+            # Finish: the batch in flight is applied; commit it, close.
             self.drain()
-            if self.pending or self.checkpoints_written == 0:
+            if self.pending:
                 self.checkpoint("shutdown")
+        except FencedError as error:
+            self.failed = True
+            return self._end(FENCED_EXIT_CODE, f"fenced, stopping without writing: {error}")
         except BaseException:
             # A record may be half applied, or outputs undelivered: closing the consumer must
-            # not checkpoint this state on revocation.
+            # not commit this state on revocation.
             self.failed = True
             raise
         finally:
@@ -831,47 +964,9 @@ class Daemon:
         log.info("stopped", extra={"event": "stopped"})
         return 0
 
-
-class PollWatchdog:
-    """Ends the process if one Kafka poll blocks for longer than ``limit`` seconds.
-
-    kafka-python 3 can, rarely, leave a ``poll()`` waiting forever for its IO thread (seen
-    under heavy load). A stuck daemon learns nothing and ignores SIGTERM, so the watchdog logs
-    the stall and exits with code 3 instead: nothing half-done is saved (the loop is between
-    batches), and the supervisor's restart resumes from the last checkpoint.
-
-    >>> with PollWatchdog(60.0) as watchdog:
-    ...     pass
-    >>> watchdog.since is None
-    True
-    """
-
-    def __init__(self, limit: float):
-        self.limit = limit
-        self.since: float | None = None
-        self._thread = threading.Thread(target=self._watch, name="poll-watchdog", daemon=True)
-        self._thread.start()
-
-    def __enter__(self) -> PollWatchdog:
-        self.since = time.monotonic()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.since = None
-
-    def _watch(self) -> None:
-        while True:
-            time.sleep(min(1.0, self.limit / 4))
-            since = self.since
-            if since is not None and time.monotonic() - since > self.limit:
-                log.error(
-                    "a Kafka poll has been blocked for %.0f s: exiting (code 3) so a restart "
-                    "resumes from the last checkpoint",
-                    time.monotonic() - since,
-                    extra={"event": "stalled"},
-                )
-                logging.shutdown()
-                os._exit(3)
+    def _end(self, code: int, why: str) -> int:
+        log.error("%s (exit code %d)", why, code, extra={"event": "exiting", "code": code})
+        return code
 
 
 # ---------------------------------------------------------------------- entry point
@@ -883,14 +978,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def transactional_id(settings: Settings) -> str:
+    """``kafka.transactional_id``, or one derived from the group and the member: stable across
+    restarts with a static ``group_instance_id`` (a restart then fences its predecessor and
+    aborts its open transaction at once), else unique to this process (a dead process's open
+    transaction is aborted by the broker after ``transaction_timeout_ms``)."""
+    kafka = settings.kafka
+    if kafka.transactional_id:
+        return kafka.transactional_id
+    if kafka.group_instance_id:
+        return f"{kafka.group_id}-{kafka.group_instance_id}"
+    return f"{kafka.group_id}-{kafka.client_id}-{socket.gethostname()}-{os.getpid()}"
+
+
 def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable | None = None):
     """The daemon with the real model, featurizer, metrics and Kafka, from ``settings``."""
-    from streamnb.models import make_model, model_from_state
+    from streamnb.models import make_model
     from streamnb.pipeline import build_pipeline
 
     options = dict(settings.model.options)
     kind = settings.model.kind
     pipeline = build_pipeline({"kind": kind, **options}, settings.features)
+    watchdog = Watchdog(settings.kafka.stall_seconds)
     preparer = None
     if settings.pipeline.prepare_process:
         from streamnb.daemon.prepare import ProcessPreparer
@@ -911,20 +1020,26 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
         if settings.metrics.port:
             metrics.serve(settings.metrics.host, settings.metrics.port)
     if io_factory is None:
-        from streamnb.daemon.kafka_io import KafkaIO
+        from streamnb.daemon.changelog import changelog_topic
+        from streamnb.daemon.kafka_io import KafkaIO, ensure_changelogs
+
+        changelogs = {topic: changelog_topic(settings.kafka.group_id, topic)
+                      for topic in settings.kafka.input_topics}
+        ensure_changelogs(settings.kafka, changelogs)
 
         def io_factory(on_assigned, on_revoked):
-            return KafkaIO(settings.kafka, on_assigned, on_revoked)
+            return KafkaIO(settings.kafka, on_assigned, on_revoked, changelogs,
+                           transactional_id(settings), watchdog)
 
     try:
         return Daemon(
             settings,
             pipeline,
             new_model=lambda: make_model(kind, **options),
-            load_model=model_from_state,
             metrics=metrics,
             io_factory=io_factory,
             preparer=preparer,
+            watchdog=watchdog,
         )
     except BaseException:
         if preparer is not None:
@@ -941,25 +1056,37 @@ def main(args: argparse.Namespace) -> int:
     configure_logging(settings.logging.level, settings.logging.format)
     try:
         daemon = build_daemon(settings)
-    except (ValueError, TypeError, CheckpointError) as error:
+    except (ValueError, TypeError, ChangelogTopicError) as error:
         # ValueError/TypeError: an unknown model kind or option, or featurizer option.
         print(f"streamnb: {error}", file=sys.stderr)
         return 2
+    except ChangelogError as error:
+        # Corrupt state is never skipped: an operator must look at it.
+        log.error("cannot read the state: %s", error, extra={"event": "changelog_error"})
+        print(f"streamnb: {error}", file=sys.stderr)
+        return 5
+    except FencedError as error:
+        log.error("fenced at start: %s", error, extra={"event": "exiting",
+                                                        "code": FENCED_EXIT_CODE})
+        return FENCED_EXIT_CODE
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     log.info(
-        "streamnb %s running: %s -> %s (model %s, checkpoint %s)",
+        "streamnb %s running: %s -> %s (model %s, transactional id %s)",
         __version__,
         ",".join(settings.kafka.input_topics),
         settings.kafka.output_topic,
         settings.model.kind,
-        settings.checkpoint.path,
+        getattr(daemon.io, "transactional_id", "?"),
         extra={"event": "started"},
     )
     try:
         return daemon.run()
+    except ChangelogError as error:
+        log.error("stopping: %s", error, extra={"event": "changelog_error"})
+        return 5
     except Exception:
-        # Nothing half-done was saved (see Daemon.failed): a restart resumes from the last
-        # checkpoint. Exit non-zero so a supervisor restarts us.
+        # Nothing half-done was committed (see Daemon.failed): a restart resumes from the
+        # last commit. Exit non-zero so a supervisor restarts us.
         log.exception("stopping on an unexpected error", extra={"event": "failed"})
         return 1
