@@ -136,6 +136,19 @@ class _Listener(ConsumerRebalanceListener):
             self.io.on_revoked(_tps(lost), lost=True)
 
 
+_FENCING = (ProducerFencedError, CommitFailedError, FencedInstanceIdError,
+            IllegalGenerationError, UnknownMemberIdError)
+
+
+def _raise_fenced(error: BaseException) -> None:
+    """Raise :class:`FencedError` if ``error`` (or the error it wraps: kafka-python reports a
+    fenced producer's later sends as a plain ``KafkaError`` holding the first) says that a
+    newer producer or group member has taken over."""
+    for cause in (error, *getattr(error, "args", ())):
+        if isinstance(cause, _FENCING) or cause is ProducerFencedError:
+            raise FencedError(f"{type(cause).__name__}: {cause}") from error
+
+
 class KafkaIO:
     """The group consumer of the inputs, the transactional producer of everything the daemon
     writes, and the reader of the changelog partitions it does not own.
@@ -207,7 +220,11 @@ class KafkaIO:
     # ------------------------------------------------------------------ consuming
     def poll(self, timeout_ms: int) -> list[Record]:
         """The next batch (at most ``max_poll_records``), in offset order within a partition."""
-        batches = self.consumer.poll(timeout_ms=timeout_ms)
+        try:
+            batches = self.consumer.poll(timeout_ms=timeout_ms)
+        except KafkaError as error:
+            _raise_fenced(error)
+            raise
         records: list[Record] = []
         for tp, items in batches.items():
             records.extend(_records(tp, items))
@@ -242,9 +259,13 @@ class KafkaIO:
         partition: int | None = None,
     ) -> None:
         """Add a record to the open transaction (opened if need be)."""
-        self.begin()
-        future = self.producer.send(topic, value=value, key=key, headers=headers,
-                                    partition=partition)
+        try:
+            self.begin()
+            future = self.producer.send(topic, value=value, key=key, headers=headers,
+                                        partition=partition)
+        except KafkaError as error:
+            _raise_fenced(error)
+            raise
         future.add_errback(self._on_error)
 
     def _on_error(self, error: BaseException) -> None:
@@ -266,9 +287,9 @@ class KafkaIO:
                         payload, self.consumer.group_metadata())
             with self.watchdog.guard("commit_transaction"):
                 self.producer.commit_transaction()
-        except (ProducerFencedError, CommitFailedError, FencedInstanceIdError,
-                IllegalGenerationError, UnknownMemberIdError) as error:
-            raise FencedError(f"the commit was refused: {error!r}") from None
+        except KafkaError as error:
+            _raise_fenced(error)
+            raise
         finally:
             self.in_transaction = False
         with self._errors_lock:
@@ -417,10 +438,11 @@ def create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
 def produce(
     bootstrap: str,
     topic: str,
-    records: Iterable[tuple[bytes | None, bytes]],
+    records: Iterable[tuple],
     rate: float | None = None,
 ) -> int:
-    """Send ``(key, value)`` pairs to ``topic`` and wait for all of them; returns the count.
+    """Send ``(key, value)`` pairs (or ``(key, value, partition)``) to ``topic`` and wait for
+    all of them; returns the count. Without a partition, the key chooses it.
 
     With ``rate`` (records per second) sending is paced evenly instead of as fast as possible.
     """
@@ -428,12 +450,13 @@ def produce(
     count = 0
     start = time.perf_counter()
     try:
-        for key, value in records:
+        for key, value, *partition in records:
             if rate:
                 delay = start + count / rate - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-            producer.send(topic, value=value, key=key)
+            producer.send(topic, value=value, key=key,
+                          partition=partition[0] if partition else None)
             count += 1
         producer.flush(timeout=60)
     finally:
