@@ -12,7 +12,12 @@ record key (JSON)              record value (JSON; ``null`` value = tombstone: t
 ``[1, "totals"]``              ``{"n_docs": {label: n}, "totals": {label: s}}``
 ``[1, "model"]``               a model without finer keys (GDA): its whole ``to_state()``
 ``[1, "feedback", id]``        ``{"label": l | null, "seq": n, "x": model input}``
+``[1, "slice"]``               ``{"kind": k, "counting": {option: value}}``: what the counts are
 =============================  ===============================================================
+
+The ``slice`` record lets a daemon refuse a changelog written by a model of another kind, or
+one that counts differently (hashing buckets, repeated words), instead of adding up counts
+that do not mean the same thing.
 
 The leading 1 is the format version; a record this build cannot read stops the daemon
 (:class:`ChangelogError`): state is never skipped silently.
@@ -50,6 +55,7 @@ __all__ = [
     "changed_records",
     "changelog_topic",
     "decode",
+    "slice_record",
 ]
 
 FORMAT_VERSION = 1
@@ -85,6 +91,16 @@ def _feedback_record(msg_id: str, entry: Entry | None) -> tuple[bytes, bytes | N
     return key, orjson.dumps(
         {"label": entry.label, "seq": entry.seq, "x": orjson.Fragment(entry.x_json)}
     )
+
+
+def slice_record(model: Any) -> tuple[bytes, bytes]:
+    """The record saying what the slice's counts are (model kind, counting options)."""
+    return orjson.dumps([FORMAT_VERSION, "slice"]), orjson.dumps(slice_identity(model))
+
+
+def slice_identity(model: Any) -> dict:
+    counting = {name: getattr(model, name) for name in getattr(model, "_COUNTING_OPTIONS", ())}
+    return {"kind": getattr(model, "kind", type(model).__name__), "counting": counting}
 
 
 def changed_records(model: Any, store: FeedbackStore) -> Records:
@@ -131,6 +147,8 @@ def decode(key: bytes | None, value: bytes | None, where: str) -> tuple:
         return ("feedback", parts[2], body)
     if kind in ("token", "totals", "model"):
         return ("stat", tuple(parts[1:]), body)
+    if kind == "slice" and len(parts) == 2:
+        return ("slice", None, body)
     raise ChangelogError(f"{where}: unknown changelog record kind {kind!r:.40}")
 
 
@@ -151,8 +169,15 @@ def apply_records(
     count = 0
     for key, value in records:
         kind, name, body = decode(key, value, where)
-        (stats if kind == "stat" else feedback)[name] = body
         count += 1
+        if kind == "slice":
+            if body is not None and body != slice_identity(model):
+                raise ChangelogError(
+                    f"{where}: the changelog holds the counts of {body!r}, but this daemon's "
+                    f"model is {slice_identity(model)!r}: use another group_id (a changelog "
+                    "of its own), or the model it was written with")
+            continue
+        (stats if kind == "stat" else feedback)[name] = body
     if stats:
         if on_stat is not None:
             on_stat({key: (model.stat_value(key), value) for key, value in stats.items()})

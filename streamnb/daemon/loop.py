@@ -38,7 +38,7 @@ from typing import Any
 from streamnb import __version__
 from streamnb.codec import Feedback, encode
 from streamnb.config import ConfigError, Settings, load_settings
-from streamnb.daemon.changelog import ChangelogError, changed_records
+from streamnb.daemon.changelog import ChangelogError, changed_records, slice_record
 from streamnb.daemon.errors import ChangelogTopicError, FencedError
 from streamnb.daemon.feedback import FeedbackStore, decide
 from streamnb.daemon.partitions import Partitions
@@ -701,7 +701,9 @@ class Daemon:
            were made.
         2. For each owned slice, the record of every key changed since the last commit (its
            full current value, or a tombstone) and of every feedback entry remembered,
-           relabelled or evicted goes to the slice's changelog partition, in the transaction.
+           relabelled or evicted goes to the slice's changelog partition, in the transaction
+           (with, the first time after taking the slice over, the record of what its counts
+           are: model kind and counting options).
         3. The next input offset of every owned partition goes into the transaction with the
            group's metadata (``send_offsets_to_transaction``): a member of an older
            generation of the group is fenced here.
@@ -724,11 +726,16 @@ class Daemon:
             owned = self.parts.owned
             size = 0
             n_records = 0
+            identified = []
             try:
                 # Step 2
                 for key, part in owned.items():
                     topic, partition = self.io.changelog_of(_tp(key))
-                    for record_key, value in changed_records(part.model, part.store):
+                    records = changed_records(part.model, part.store)
+                    if records and not part.identified:
+                        records.append(slice_record(part.model))
+                        identified.append(part)
+                    for record_key, value in records:
                         self.io.send(topic, record_key, value, partition=partition)
                         size += len(record_key) + (len(value) if value is not None else 0)
                         n_records += 1
@@ -743,6 +750,8 @@ class Daemon:
             for part in owned.values():
                 part.model.mark_changes()
                 part.store.mark_changes()
+            for part in identified:
+                part.identified = True
             self.checkpoints_written += 1
             applied, self.pending = self.pending, 0
             self.last_checkpoint = time.monotonic()

@@ -44,6 +44,8 @@ class Slice:
     model: Any
     store: FeedbackStore
     owned: bool = False
+    #: Whether this daemon has written the slice's identity record since it took it over.
+    identified: bool = False
 
 
 class Partitions:
@@ -73,6 +75,7 @@ class Partitions:
         """Start learning into ``key``'s slice: what it holds is committed, so it is unchanged."""
         part = self.slice(key)
         part.owned = True
+        part.identified = False
         part.model.mark_changes()
         part.store.mark_changes()
 

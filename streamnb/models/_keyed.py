@@ -259,9 +259,11 @@ class KeyedWholeModel:
         if MODEL_KEY not in values:
             return
         value = values[MODEL_KEY]
-        if value is not None and value.get("options") != self.options():
-            raise StateError(f"statistics of a {self.kind} model with options "
-                             f"{value.get('options')!r}, this one has {self.options()!r}")
+        if value is not None:
+            if not isinstance(value, Mapping):
+                raise StateError(f"corrupt statistics value for {MODEL_KEY!r}")
+            # the statistics, under this model's (scoring) options
+            value = {**value, "options": self.options()}
         fresh = type(self)(**self.options()) if value is None else type(self).from_state(value)
         tracking = self._model_changed
         self.__dict__.update(fresh.__dict__)

@@ -13,6 +13,7 @@ from streamnb.daemon.changelog import (
     apply_records,
     changed_records,
     decode,
+    slice_record,
 )
 from streamnb.daemon.feedback import FeedbackStore, decide
 from streamnb.daemon.partitions import Partitions
@@ -165,6 +166,20 @@ def test_an_undecodable_record_is_an_error_naming_where(key, value, message):
         apply_records(make_model("multinomial"), FeedbackStore(), "in:0", [(key, value)],
                       where="changelog in-changelog:0 offset 7")
     assert "in-changelog:0 offset 7" in str(error.value)
+
+
+@pytest.mark.parametrize("other", [("bernoulli", {}), ("multinomial", {"n_buckets": 64}),
+                                   ("multinomial", {"repeated_words": "count"})])
+def test_a_changelog_of_counts_that_mean_something_else_is_refused(other):
+    kind, options = other
+    writer = make_model(kind, **options)
+    writer.learn_one({"win": 1}, "spam")
+    records = [*all_records(writer, FeedbackStore()), slice_record(writer)]
+    with pytest.raises(ChangelogError, match="the changelog holds the counts of"):
+        apply_records(make_model("multinomial"), FeedbackStore(), "in:0", records)
+    same = make_model(kind, **options)  # and the model it was written with reads it
+    apply_records(same, FeedbackStore(), "in:0", records)
+    assert same.to_state() == writer.to_state()
 
 
 def test_decode_tells_stats_from_feedback():
