@@ -33,7 +33,7 @@ from typing import Any
 
 from streamnb.daemon.changelog import ChangelogError, apply_records
 from streamnb.daemon.feedback import FeedbackStore
-from streamnb.models._keyed import MODEL_KEY, add_values
+from streamnb.models._keyed import MODEL_KEY, replace_part
 
 __all__ = ["Partitions", "Slice"]
 
@@ -114,11 +114,9 @@ class Partitions:
             if MODEL_KEY in changes:
                 whole[0] = True
                 return
-            self.live.set_stat_values({
-                key: add_values(key, self.live.stat_value(key),
-                                add_values(key, new, old, -1.0))
-                for key, (old, new) in changes.items()
-            })
+            live = self.live
+            live.set_stat_values({key: replace_part(key, live.stat_value(key), old, new)
+                                  for key, (old, new) in changes.items()})
 
         count = apply_records(part.model, part.store, key, records, f"changelog of {key}",
                               on_stat=follow)

@@ -52,7 +52,7 @@ import numpy as np
 
 from streamnb.models._base import StateError
 
-__all__ = ["MODEL_KEY", "TOTALS_KEY", "add_values", "token_key"]
+__all__ = ["MODEL_KEY", "TOTALS_KEY", "add_values", "replace_part", "token_key"]
 
 TOTALS_KEY: tuple = ("totals",)
 MODEL_KEY: tuple = ("model",)
@@ -62,15 +62,22 @@ def token_key(token: Any) -> tuple:
     return ("token", token)
 
 
-def _counts(value: Any, what: str) -> dict[str, float]:
+def _counts(value: Any, key: Any) -> dict[str, float]:
+    """``value`` as ``{label: float count}`` (None: no counts); StateError names ``key``."""
     if value is None:
         return {}
-    if not isinstance(value, Mapping) or not all(isinstance(label, str) for label in value):
-        raise StateError(f"corrupt statistics value for {what}: expected {{label: count}}")
+    if not isinstance(value, Mapping):
+        raise StateError(f"corrupt statistics value for {key!r}: expected {{label: count}}")
     out = {}
     for label, count in value.items():
-        if isinstance(count, bool) or not isinstance(count, int | float):
-            raise StateError(f"corrupt statistics value for {what}: {count!r} is not a number")
+        kind = type(count)
+        if type(label) is not str or kind not in (float, int):
+            if not isinstance(label, str):
+                raise StateError(
+                    f"corrupt statistics value for {key!r}: expected {{label: count}}")
+            if isinstance(count, bool) or not isinstance(count, int | float):
+                raise StateError(
+                    f"corrupt statistics value for {key!r}: {count!r} is not a number")
         out[label] = float(count)
     return out
 
@@ -91,11 +98,32 @@ def add_values(key: tuple, value: Any, change: Any, sign: float = 1.0) -> Any:
         }
         parts = {part: counts or {} for part, counts in parts.items()}
         return parts if any(parts.values()) else None
-    total = _counts(value, repr(key))
-    for label, count in _counts(change, repr(key)).items():
+    total = _counts(value, key)
+    for label, count in _counts(change, key).items():
         total[label] = total.get(label, 0.0) + sign * count
     kept = {label: count for label, count in sorted(total.items()) if count != 0}
     return kept or None
+
+
+def replace_part(key: tuple, total: Any, old: Any, new: Any) -> Any:
+    """``total - old + new`` for three values of the text-model ``key`` (None is zero): a sum
+    of slices after one slice's ``key`` went from ``old`` to ``new``. Exact for integer
+    counts, in any order.
+
+    >>> replace_part(("token", "a"), {"spam": 5.0, "ham": 1.0}, {"spam": 2.0}, {"ham": 2.0})
+    {'ham': 3.0, 'spam': 3.0}
+    """
+    if key == TOTALS_KEY:
+        total, old, new = total or {}, old or {}, new or {}
+        parts = {part: replace_part(("token", part), total.get(part), old.get(part),
+                                    new.get(part)) or {} for part in ("n_docs", "totals")}
+        return parts if any(parts.values()) else None
+    out = _counts(total, key)
+    for label, count in _counts(old, key).items():
+        out[label] = out.get(label, 0.0) - count
+    for label, count in _counts(new, key).items():
+        out[label] = out.get(label, 0.0) + count
+    return {label: count for label, count in sorted(out.items()) if count != 0} or None
 
 
 class KeyedTextStatistics:
@@ -158,11 +186,11 @@ class KeyedTextStatistics:
                 totals = value or {}
                 if not isinstance(totals, Mapping):
                     raise StateError(f"corrupt statistics value for {key!r}")
-                totals = {part: _counts(totals.get(part), f"{key!r} {part}")
+                totals = {part: _counts(totals.get(part), (*key, part))
                           for part in ("n_docs", "totals")}
             elif isinstance(key, tuple) and len(key) == 2 and key[0] == "token":
                 tokens.append(self._checked_token(key[1]))
-                token_counts.append(_counts(value, repr(key)))
+                token_counts.append(_counts(value, key))
             else:
                 raise StateError(f"unknown statistics key {key!r} for a {self.kind} model")
         for counts in [*token_counts, *(totals.values() if totals else ())]:
