@@ -269,6 +269,12 @@ class _DerivedCollector(Collector):
                 "Labelled messages scored before learning (prequential evaluation).",
                 labels=[],
             ),
+            "correct": CounterMetricFamily(
+                "streamnb_prequential_correct",
+                "Labelled messages whose prediction (made before learning) was right; divided "
+                "by observed, summed over instances, it is the group's accuracy.",
+                labels=[],
+            ),
             "unscored": CounterMetricFamily(
                 "streamnb_prequential_unscored",
                 "Labelled messages that arrived before the model could predict anything.",
@@ -696,6 +702,8 @@ class Metrics:
             self._fold()
             classes = sorted(self._classes)
             fams["observed"].add_metric([], self._life.n())
+            fams["correct"].add_metric(
+                [], sum(self._life.cm.data[c][c] for c in classes))
             fams["unscored"].add_metric([], self._unscored)
             for scope, pre in (("lifetime", self._life), ("recent", self._recent)):
                 self._fill_scope(fams, scope, pre, classes)
