@@ -162,7 +162,8 @@ def commits(bootstrap: str) -> None:
         logging.getLogger("streamnb.daemon").removeHandler(handler)
     print(f"commits of 100 mails into the changelog ({len(values)} mails in the stream):")
     for done, event, vocab, full in rows:
-        print(f"  after {done:6d} mails: {event['changelog_records']:6d} changelog records, "
+        print(f"  after {done:6d} mails, the commit of the last {event['records']}: "
+              f"{event['changelog_records']:6d} changelog records, "
               f"{event['bytes'] / 1024:8.1f} KiB in {event['seconds'] * 1000:6.1f} ms; "
               f"vocabulary {vocab:7d} tokens; the whole state then {full / 2**20:6.1f} MiB "
               f"(ratio commit/state {event['bytes'] / full:.4f})")
@@ -216,7 +217,7 @@ def apply_vs_learn(rounds: int) -> None:
 class Daemon:
     def __init__(self, bootstrap: str, prefix: str, member: str, workdir: Path,
                  extra: str = "", cwd: Path = REPO):
-        self.log = workdir / f"{member}.log"
+        self.log = workdir / f"{member}-{uuid.uuid4().hex[:6]}.log"
         config = workdir / f"{member}.toml"
         config.write_text(config_text(bootstrap, prefix, member, extra))
         self.started = time.monotonic()

@@ -2,7 +2,9 @@
 
 | module | what it holds |
 |---|---|
-| ``loop`` | :class:`Daemon`: poll, rebalance, the prequential step, the commit protocol, ``run`` |
+| ``loop`` | :class:`Daemon`: start-up, poll, rebalance, following remote slices, ``run`` |
+| ``processor`` | one batch of records -> predictions, learning, feedback, dead letters |
+| ``commit`` | the commit protocol: one transaction (outputs, changed state, offsets) |
 | ``prepare`` | decoding and featurizing a batch, in this process or a child one |
 | ``partitions`` | every input partition's slice (owned or remote) and the global model |
 | ``changelog`` | a slice as changelog records of full values, and back |

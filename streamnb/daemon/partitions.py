@@ -35,7 +35,23 @@ from streamnb.daemon.changelog import ChangelogError, apply_records
 from streamnb.daemon.feedback import FeedbackStore
 from streamnb.models._keyed import MODEL_KEY, replace_part
 
-__all__ = ["Partitions", "Slice"]
+__all__ = ["TP", "Partitions", "Slice", "slice_key", "tp_of"]
+
+TP = tuple[str, int]
+
+
+def slice_key(tp: TP) -> str:
+    """The key of a partition's slice (topic names cannot contain ``:``).
+
+    >>> slice_key(("mail", 3)), tp_of("mail:3")
+    ('mail:3', ('mail', 3))
+    """
+    return f"{tp[0]}:{tp[1]}"
+
+
+def tp_of(key: str) -> TP:
+    topic, _, partition = key.rpartition(":")
+    return topic, int(partition)
 
 
 @dataclass(slots=True)
@@ -98,8 +114,11 @@ class Partitions:
         if self.live is not model:
             getattr(self.live, step)(x, label)
 
-    def apply_remote(self, key: str, records: list) -> int:
-        """Apply changelog records of a slice this daemon does not own (in log order)."""
+    def apply_remote(self, key: str, records: list, follow: bool = True) -> int:
+        """Apply changelog records of a slice this daemon does not own (in log order).
+
+        ``follow=False`` leaves ``live`` behind (a restore of every slice, which re-sums once
+        at the end with :meth:`resum`: half the work of following each record)."""
         part = self.slice(key)
         if part.owned:
             raise ChangelogError(
@@ -108,8 +127,8 @@ class Partitions:
             )
         whole = [False]
 
-        def follow(changes: dict) -> None:
-            if self.live is part.model:
+        def follow_live(changes: dict) -> None:
+            if not follow or self.live is part.model:
                 return
             if MODEL_KEY in changes:
                 whole[0] = True
@@ -119,11 +138,15 @@ class Partitions:
                                   for key, (old, new) in changes.items()})
 
         count = apply_records(part.model, part.store, key, records, f"changelog of {key}",
-                              on_stat=follow)
+                              on_stat=follow_live)
         part.store.order_by_arrival()
-        if whole[0]:
+        if whole[0] and follow:
             self._resum()
         return count
+
+    def resum(self) -> None:
+        """Make ``live`` the sum of the slices again."""
+        self._resum()
 
     def _resum(self) -> None:
         models = [part.model for part in self.slices.values()]
