@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -291,3 +293,28 @@ def test_an_undecodable_changelog_record_stops_the_daemon_naming_it(
     assert code == 5
     assert f"changelog {name}:1 offsets" in log and str(bad) in log
     assert "undecodable changelog record" in log
+
+
+def test_daemons_started_together_all_end_up_holding_partitions_under_load(
+    tmp_path, kafka_bootstrap, topic_prefix
+):
+    """Three daemons started at the same moment, on a machine kept busy, three times over:
+    each ends up holding partitions (a daemon whose rejoin stalls exits 3 and its supervisor
+    restarts it; none sits in the group without an assignment)."""
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        for round_ in range(3):
+            prefix = f"{topic_prefix}r{round_}"
+            create_topics(kafka_bootstrap, {f"{prefix}-in": PARTITIONS, f"{prefix}-out": 1,
+                                            f"{prefix}-dlq": 1})
+            directory = tmp_path / f"round-{round_}"
+            directory.mkdir()
+            group = Group(directory, kafka_bootstrap, prefix)
+            for _ in range(3):
+                group.start()
+            group.wait_all_hold_partitions(timeout=120)
+            for daemon in group.live.values():
+                daemon.terminate(timeout=30)
+    finally:
+        burner.kill()
+        burner.wait()
