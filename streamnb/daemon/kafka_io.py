@@ -144,7 +144,15 @@ def _raise_fenced(error: BaseException) -> None:
     """Raise :class:`FencedError` if ``error`` (or the error it wraps: kafka-python reports a
     fenced producer's later sends as a plain ``KafkaError`` holding the first) says that a
     newer producer or group member has taken over."""
-    for cause in (error, *getattr(error, "args", ())):
+    chain: list = []
+    link: BaseException | None = error
+    while link is not None and len(chain) < 10:  # a rebalance listener's error, say
+        chain.append(link)
+        link = link.__cause__
+    causes = chain + [arg for e in chain for arg in getattr(e, "args", ())]
+    for cause in causes:
+        if isinstance(cause, FencedError):
+            raise cause from error
         if isinstance(cause, _FENCING) or cause is ProducerFencedError:
             raise FencedError(f"{type(cause).__name__}: {cause}") from error
 

@@ -57,6 +57,8 @@ LAG_REPORT_SECONDS = 1.0
 #: Exit code of a daemon that found itself fenced (a newer producer with its transactional id,
 #: or a newer generation of the group): it stops without writing; restarting it is safe.
 FENCED_EXIT_CODE = 4
+#: Exit code of a daemon that found a changelog record it cannot apply (an operator's case).
+CHANGELOG_EXIT_CODE = 5
 
 
 @dataclass(slots=True)
@@ -273,7 +275,14 @@ class Daemon(RecordProcessor, Committer):
             changelog_tps = [self.io.changelog_of(tp) for tp in new]
             known = set(self.io.tail_assignment())
             self.io.tail_assign({tp: None for tp in changelog_tps if tp not in known})
-            applied = self._catch_up(changelog_tps)
+            try:
+                applied = self._catch_up(changelog_tps)
+            except ChangelogError as error:
+                # Raised here, kafka-python would log it and hand the loop a KafkaError;
+                # the loop ends on it instead, with its own exit code.
+                self.fatal = (CHANGELOG_EXIT_CODE, f"cannot read the state: {error}")
+                self.failed = True
+                return
             self.io.tail_unassign(changelog_tps)
             for tp in new:
                 key = slice_key(tp)
@@ -304,7 +313,12 @@ class Daemon(RecordProcessor, Committer):
                 with contextlib.suppress(Exception):
                     self.io.abort()
             elif self.pending and not self.failed:
-                self.checkpoint("revoked")
+                try:
+                    self.checkpoint("revoked")
+                except FencedError as error:
+                    self.fatal = (FENCED_EXIT_CODE, f"fenced, stopping without writing: {error}")
+                except Exception as error:  # noqa: BLE001 - the loop ends on it, see above
+                    self.fatal = (1, f"the commit before giving partitions up failed: {error!r}")
             keys = [slice_key(tp) for tp in tps]
             if not lost:
                 changelog_tps = [self.io.changelog_of(tp) for tp in tps]
@@ -538,6 +552,9 @@ class Daemon(RecordProcessor, Committer):
         except FencedError as error:
             self.failed = True
             return self._end(FENCED_EXIT_CODE, f"fenced, stopping without writing: {error}")
+        except ChangelogError as error:
+            self.failed = True
+            return self._end(CHANGELOG_EXIT_CODE, f"cannot read the state: {error}")
         except BaseException:
             # A record may be half applied, or outputs undelivered: closing the consumer must
             # not commit this state on revocation.
@@ -648,7 +665,7 @@ def main(args: argparse.Namespace) -> int:
         # Corrupt state is never skipped: an operator must look at it.
         log.error("cannot read the state: %s", error, extra={"event": "changelog_error"})
         print(f"streamnb: {error}", file=sys.stderr)
-        return 5
+        return CHANGELOG_EXIT_CODE
     except FencedError as error:
         log.error("fenced at start: %s", error, extra={"event": "exiting",
                                                         "code": FENCED_EXIT_CODE})
@@ -666,9 +683,6 @@ def main(args: argparse.Namespace) -> int:
     )
     try:
         return daemon.run()
-    except ChangelogError as error:
-        log.error("stopping: %s", error, extra={"event": "changelog_error"})
-        return 5
     except Exception:
         # Nothing half-done was committed (see Daemon.failed): a restart resumes from the
         # last commit. Exit non-zero so a supervisor restarts us.

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from streamnb.daemon.changelog import ChangelogError
 from streamnb.daemon.errors import FencedError
-from streamnb.daemon.loop import FENCED_EXIT_CODE
+from streamnb.daemon.loop import CHANGELOG_EXIT_CODE, FENCED_EXIT_CODE
 from tests.daemon.fakes import (
     CountModel,
     FakeKafka,
@@ -406,3 +406,18 @@ def test_lag_is_reported_for_every_assigned_partition_even_without_new_records(t
     kafka.append("in", message("late", "win cash", "spam"), partition=1)
     daemon.report_lag()
     assert ("in", 1, 1) in metrics.names("set_lag")
+
+
+def test_an_undecodable_record_read_while_running_ends_the_loop_with_code_5(tmp_path):
+    from dataclasses import replace
+
+    kafka, _, _ = _stream(4, n=30, partitions=2)
+    base = settings_for()
+    config = replace(base, kafka=replace(base.kafka, poll_timeout_ms=10))
+    daemon = make_daemon(config, kafka)
+    daemon.io.pending_assignment = [("in", 0)]
+    drain(daemon)
+    kafka.append("streamnb-in-changelog", b"\xff", key=b'[1,"token","x"]', partition=1)
+    daemon.io.rebalance([("in", 0), ("in", 1)])  # in:1's catch-up meets the record
+    assert daemon.run() == CHANGELOG_EXIT_CODE
+    assert daemon.io.closed
