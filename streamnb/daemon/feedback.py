@@ -5,7 +5,8 @@ For each recent message id it keeps the model input (compact JSON bytes), the in
 message was unlabelled and no feedback has come yet). That last field is what makes feedback
 idempotent: a label equal to the current one is a duplicate and changes nothing, a different
 one is a correction (unlearn the old, learn the new). Replaying feedback after a crash is then
-safe, because the store is checkpointed together with the model and the offsets.
+safe, because the store is committed together with the model and the offsets (each entry is a
+changelog record keyed by the message id, see :mod:`streamnb.daemon.changelog`).
 
 The store is bounded by a number of ids and a number of bytes; the oldest messages (by arrival)
 are forgotten first. Feedback for a forgotten (or never seen) id cannot be learned: the daemon

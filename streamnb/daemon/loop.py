@@ -212,7 +212,8 @@ class Daemon(RecordProcessor, Committer):
                   follow: bool = True) -> int:
         """Apply changelog records until each of ``changelog_tps`` is read to its committed
         end (records of other partitions read meanwhile are applied too; ``follow=False``:
-        to the slices only, the caller re-sums the global model)."""
+        to the slices only, the caller re-sums the global model). A large changelog may take
+        long; only ``stall_seconds`` (or ``timeout``) without any record is an error."""
         if not changelog_tps:
             return 0
         limit = self.settings.kafka.stall_seconds if timeout is None else timeout
@@ -225,9 +226,12 @@ class Daemon(RecordProcessor, Committer):
                 return applied
             if time.monotonic() > deadline:
                 raise ChangelogError(
-                    f"the changelog could not be read to its end within {limit:.0f} s "
+                    f"the changelog gave no record for {limit:.0f} s before its end "
                     f"(positions {positions}, ends {ends})")
-            applied += self._apply_changelog(self.io.tail_poll(200), follow)
+            got = self._apply_changelog(self.io.tail_poll(200), follow)
+            if got:
+                applied += got
+                deadline = time.monotonic() + limit
 
     def _apply_changelog(self, records: list, follow: bool = True) -> int:
         """Apply records read from the changelog to the remote slices (and the global model)."""
@@ -384,7 +388,7 @@ class Daemon(RecordProcessor, Committer):
 
         kafka-python 3 can, under heavy load, fail to finish rejoining the group; a daemon
         without partitions learns nothing, so it exits (code 3) for its supervisor to restart
-        it. Partitions given up were checkpointed on revocation, so nothing is lost.
+        it. Partitions given up were committed on revocation, so nothing is lost.
         """
         since = self.rebalancing_since
         limit = self.settings.kafka.stall_seconds
@@ -416,13 +420,13 @@ class Daemon(RecordProcessor, Committer):
         preparer, and only then runs the model step of the previous batch. The rules that keep
         the commit protocol exact:
 
-        * ``offsets`` (and so every checkpoint) only ever cover processed records; records
+        * ``offsets`` (and so every commit) only ever cover processed records; records
           polled and not processed are read again after a restart, as any unread record.
         * Rebalance guard: kafka-python runs :meth:`on_revoked` and :meth:`on_assigned` inside
           ``poll``, and both bump ``generation``. A batch is tagged with the generation right
           after the poll that returned it; if it has changed by the time the batch would be
-          processed, the batch is dropped: the revocation checkpoint covered only processed
-          records, and the assignment seeked each partition back to its saved offset, so the
+          processed, the batch is dropped: the revocation commit covered only processed
+          records, and the consumer resumes each assigned partition at its committed offset, so the
           dropped records are read again. Processing them would learn them twice. Each
           partition of a dropped batch that is still assigned is also seeked back to its next
           unprocessed offset, so this holds even for a rebalance that kept it assigned
@@ -457,7 +461,7 @@ class Daemon(RecordProcessor, Committer):
         return self._process_in_flight(in_flight, prepared)
 
     def drain(self) -> int:
-        """Process the batch in flight, if any (before a stop's final checkpoint)."""
+        """Process the batch in flight, if any (before a stop's final commit)."""
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is None:
             return 0

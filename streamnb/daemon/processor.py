@@ -135,7 +135,7 @@ class RecordProcessor:
             )
         except Exception:  # noqa: BLE001 - a rejected input: handled one record at a time
             if self.live.n_updates != updates:
-                raise  # partly learned: only a restart from the last checkpoint is exact
+                raise  # partly learned: only a restart from the last commit is exact
             for new in run:
                 self._predict_and_learn(new)
                 self.offsets[new.key] = new.record.offset + 1
