@@ -258,7 +258,7 @@ class Daemon(RecordProcessor, Committer):
     def follow_changelog(self) -> None:
         """Apply what the changelog reader has fetched (no waiting), and note the staleness."""
         self._apply_changelog(self.io.tail_poll(0))
-        lag = self.io.tail_lag() if hasattr(self.io, "tail_lag") else 0
+        lag = self.io.tail_lag()
         now = time.monotonic()
         if not lag:
             self.remote_caught_up_at = now
