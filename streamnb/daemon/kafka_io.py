@@ -272,7 +272,7 @@ class KafkaIO:
             future = self.producer.send(topic, value=value, key=key, headers=headers,
                                         partition=partition)
         except KafkaError as error:
-            _raise_fenced(error)
+            self._raise_if_fenced(error)
             raise
         future.add_errback(self._on_error)
 
@@ -296,7 +296,7 @@ class KafkaIO:
             with self.watchdog.guard("commit_transaction"):
                 self.producer.commit_transaction()
         except KafkaError as error:
-            _raise_fenced(error)
+            self._raise_if_fenced(error)
             raise
         finally:
             self.in_transaction = False
@@ -304,6 +304,25 @@ class KafkaIO:
             errors, self._errors = self._errors, []
         if errors:  # not expected after a successful commit, but never ignored
             raise KafkaDeliveryError(f"{len(errors)} record(s) not delivered: {errors[0]!r}")
+
+    def _raise_if_fenced(self, error: KafkaError) -> None:
+        """Raise :class:`FencedError` if ``error`` is, or soon turns out to be, fencing.
+
+        When a newer producer has bumped the epoch, kafka-python's producer first takes the
+        broker's ``InvalidProducerEpoch`` for a recoverable error and starts bumping its own
+        epoch (KIP-360), refusing sends meanwhile (``IllegalStateError``); the bump then fails
+        with ``ProducerFenced``. So a refused send waits a few seconds for that verdict.
+        """
+        _raise_fenced(error)
+        manager = getattr(self.producer, "_transaction_manager", None)
+        deadline = time.monotonic() + 10.0
+        while manager is not None and time.monotonic() < deadline:
+            last = manager.last_error
+            if last is not None:
+                _raise_fenced(last)
+            if not manager.is_bumping_epoch():
+                return
+            time.sleep(0.05)
 
     def abort(self) -> None:
         if not self.in_transaction:
