@@ -2,19 +2,19 @@
 
     python -m bench.bench_daemon [--rounds 3] [--streams sms,spamassassin] [--skip-latency]
 
-1. Throughput: the daemon loop (poll, decode, featurize, predict, learn, emit, checkpoint) over
+1. Throughput: the daemon loop (poll, decode, featurize, predict, learn, emit, commit) over
    the SMS and SpamAssassin streams, next to a bare kafka-python consumer reading the same topic
    (the ceiling: ``bench.bare_consumer``, in a process that imports kafka-python only; both
    check record CRCs with the same implementation, printed first),
    measured alternately in the same run, each round in a fresh process, timed from the first
-   batch to the last record (the daemon's final checkpoint included); medians and the ratio
+   batch to the last record (the daemon's final commit included); medians and the ratio
    are printed.
 2. Latency at a steady 1,000 msg/s: the SMS and the SpamAssassin records
    (``--latency-streams``) are produced at that rate to a running daemon (a
    ``python -m streamnb run`` subprocess); latency = prediction record timestamp - input
    record timestamp (both CreateTime, same host clock), p50 and p99 over unlabelled messages.
 3. Memory: peak RSS (``VmHWM``) of a daemon subprocess after it has consumed the whole
-   SpamAssassin stream, and the size of its checkpoint.
+   SpamAssassin stream.
 4. ``--model-step``: CPU time of the model's prequential step (predict, then learn the
    labelled) per record of SMS and of SpamAssassin mail, featurized as the daemon does: one
    message at a time against the numpy path and the batch step (``prequential_many`` over
@@ -63,8 +63,12 @@ sys.path.insert(0, str(REPO))
 
 from streamnb.config import load_settings  # noqa: E402
 from streamnb.daemon import build_daemon  # noqa: E402
-from streamnb.daemon.checkpoint import read_checkpoint  # noqa: E402
-from streamnb.daemon.kafka_io import create_topics, produce, read_all  # noqa: E402
+from streamnb.daemon.kafka_io import (  # noqa: E402
+    committed_offsets,  # noqa: E402
+    create_topics,
+    produce,
+    read_all,
+)
 from streamnb.metrics import Metrics  # noqa: E402
 from streamnb.models import TEXTBOOK_OPTIONS, MultinomialNB  # noqa: E402
 from streamnb.models._text import SHORT_MESSAGE_TOKENS  # noqa: E402
@@ -136,8 +140,6 @@ output_topic = "{topic}-out"
 dead_letter_topic = "{topic}-dlq"
 group_id = "{group}"
 group_instance_id = "{group}-member"
-[checkpoint]
-path = "{workdir / 'checkpoint.json'}"
 [metrics]
 port = 0
 [logging]
@@ -147,7 +149,7 @@ level = "warning"
 
 def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = False) -> float:
     """Seconds for the daemon loop to process ``n`` records, from its first batch, including
-    the final checkpoint (which flushes every output)."""
+    the final commit."""
     workdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-"))
     try:
         text = settings_text(bootstrap, topic, workdir, f"bench-{uuid.uuid4().hex[:8]}")
@@ -160,6 +162,7 @@ def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = Fals
         try:
             while done < n:
                 done += daemon.step(200)  # the loop body of Daemon.run
+                daemon.follow_changelog()
                 if started is None and (done or daemon.in_flight):
                     started = time.perf_counter()
                 if daemon.checkpoint_due():
@@ -210,16 +213,17 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
     def build_timed(*args, **kwargs):
         daemon = build(*args, **kwargs)
         for name, stage in (("poll", "kafka poll"), ("send", "hand outputs to the producer"),
-                            ("flush", "producer flush")):
+                            ("commit", "offsets + commit_transaction"),
+                            ("tail_poll", "changelog reader poll")):
             timed(daemon.io, name, stage)
         for name, stage in (("process", "process (all of a batch)"), ("_learn", "learn"),
-                            ("checkpoint", "checkpoint (incl. flush)")):
+                            ("checkpoint", "commit (the whole protocol)")):
             timed(daemon, name, stage)
         timed(daemon.pipeline, "prepare", "featurize (in this process)")
         timed(daemon.preparer, "results", "wait for the prepared results")
         timed(daemon.metrics, "observe_labelled", "metrics: queue observation")
         timed(daemon.metrics, "_fold", "metrics: fold into the counts")
-        timed(daemon.store, "remember", "feedback store")
+        timed(FeedbackStore, "remember", "feedback store")
         return daemon
 
     globals()["build_daemon"] = build_timed
@@ -337,6 +341,7 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
 class Subprocess:
     def __init__(self, bootstrap: str, topic: str, workdir: Path, group: str):
         self.workdir = workdir
+        self.bootstrap, self.topic, self.group = bootstrap, topic, group
         config = workdir / "config.toml"
         config.write_text(settings_text(bootstrap, topic, workdir, group).replace(
             'level = "warning"', 'level = "info"'))
@@ -354,19 +359,17 @@ class Subprocess:
 
     def wait_offset(self, key: str, offset: int, timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout
+        topic, _, partition = key.rpartition(":")
         while time.monotonic() < deadline:
-            try:
-                body = read_checkpoint(self.workdir / "checkpoint.json") or {}
-            except Exception:  # noqa: BLE001 - being replaced right now; look again
-                body = {}
-            if body.get("slices", {}).get(key, {}).get("next_offset", 0) >= offset:
+            done = committed_offsets(self.bootstrap, self.group, topic)
+            if done.get((topic, int(partition)), 0) >= offset:
                 return
             time.sleep(0.2)
         raise RuntimeError(f"daemon did not reach {key}@{offset}")
 
     def peak_rss_mib(self) -> tuple[float, float, float]:
         """(peak RSS, RSS) of the daemon process, and the summed peak RSS of its child processes
-        (the producer; the prepare process too when it is on)."""
+        (the prepare process, when it is on)."""
         def memory(pid) -> tuple[float, float]:
             status = Path(f"/proc/{pid}/status").read_text()
             fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
@@ -423,13 +426,11 @@ def memory(bootstrap: str, topic: str, n: int) -> None:
     daemon = Subprocess(bootstrap, topic, workdir, f"bench-mem-{uuid.uuid4().hex[:8]}")
     try:
         daemon.wait_offset(f"{topic}:0", n)
-        peak, now, producer = daemon.peak_rss_mib()
-        size = (workdir / "checkpoint.json").stat().st_size / 2**20
+        peak, now, children = daemon.peak_rss_mib()
         code = daemon.stop()
         print(f"memory after the SpamAssassin stream ({n} messages): peak RSS {peak:.0f} MiB, "
-              f"RSS {now:.0f} MiB, child processes (producer; prepare if on) peak RSS "
-              f"{producer:.0f} MiB; "
-              f"checkpoint {size:.1f} MiB; SIGTERM exit code {code}")
+              f"RSS {now:.0f} MiB, child processes (prepare, if on) peak RSS "
+              f"{children:.0f} MiB; SIGTERM exit code {code}")
     finally:
         if daemon.proc.poll() is None:
             daemon.proc.kill()
@@ -558,7 +559,8 @@ def fake_loop(rounds: int) -> None:
                 pipeline=PipelineSettings(prepare_process=prepare_process))
 
             def io_factory(on_assigned, on_revoked):
-                return FakeIO(kafka, ("in",), on_assigned, on_revoked, batch=POLL_RECORDS)
+                return FakeIO(kafka, settings.kafka, on_assigned, on_revoked,
+                              batch=POLL_RECORDS)
 
             daemon = build_daemon(settings, metrics=RecordingMetrics(), io_factory=io_factory)
             try:
@@ -575,7 +577,7 @@ def fake_loop(rounds: int) -> None:
                 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
                 child_cpu = _process_cpu(child) - child_cpu if child else 0.0
                 assert done == n, (done, n)
-                daemon.io.flush()
+                daemon.checkpoint("end")
             finally:
                 daemon.close()
             return cpu / n * 1e6, wall / n * 1e6, child_cpu / n * 1e6

@@ -11,14 +11,16 @@
 4. prints, every second, the filter's live accuracy: on the predictions it emits for unlabelled
    messages (checked against the true labels, which the filter never saw) and its own
    prequential accuracy from its Prometheus endpoint;
-5. stops the daemon with SIGTERM and shows it checkpointed and exited cleanly.
+5. stops the daemon with SIGTERM and shows the input offsets it committed with its state (in
+   one Kafka transaction with its changelog records) and that it exited cleanly.
 
 It names the run's topics at the start (predictions go to ``demo-<run>-out``, keyed by message
 id) and at the end prints the last prediction as the daemon wrote it. The broker is
 ``--bootstrap``, by default ``$STREAMNB_KAFKA_BOOTSTRAP`` or ``127.0.0.1:$STREAMNB_KAFKA_PORT``
 (9092), as for the tests.
 
-Run it again any time: each run uses new topics and a new checkpoint under ``var/demo/``.
+Run it again any time: each run uses new topics, a new consumer group (so a new changelog)
+and a new folder under ``var/demo/`` for its config and log.
 """
 
 from __future__ import annotations
@@ -42,8 +44,12 @@ sys.path.insert(0, str(REPO))
 import orjson  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from streamnb.daemon.checkpoint import read_checkpoint  # noqa: E402
-from streamnb.daemon.kafka_io import create_topics, produce, read_all  # noqa: E402
+from streamnb.daemon.kafka_io import (  # noqa: E402
+    committed_offsets,
+    create_topics,
+    produce,
+    read_all,
+)
 
 
 def free_port() -> int:
@@ -141,8 +147,7 @@ def main() -> int:
         "STREAMNB_KAFKA__OUTPUT_TOPIC": f"{prefix}-out",
         "STREAMNB_KAFKA__DEAD_LETTER_TOPIC": f"{prefix}-dlq",
         "STREAMNB_KAFKA__GROUP_ID": f"{prefix}-group",
-        "STREAMNB_CHECKPOINT__PATH": str(workdir / "checkpoint.json"),
-        "STREAMNB_CHECKPOINT__EVERY_SECONDS": "2.0",
+        "STREAMNB_CHECKPOINT__EVERY_SECONDS": "1.0",
         "STREAMNB_METRICS__HOST": "127.0.0.1",
         "STREAMNB_METRICS__PORT": str(port),
         "STREAMNB_METRICS__WINDOW": "300",
@@ -212,15 +217,15 @@ def main() -> int:
             if time.monotonic() - started > 300:
                 print("giving up waiting for predictions", file=sys.stderr)
                 break
-        time.sleep(2.5)  # one more checkpoint interval, so the summary shows the final state
+        time.sleep(1.5)  # one more commit interval, so the summary shows the final state
         figures = scrape(port)
         done.set()
 
         daemon.send_signal(signal.SIGTERM)
         stopped = time.monotonic()
         code = daemon.wait(timeout=30)
-        body = read_checkpoint(workdir / "checkpoint.json") or {}
-        offsets = {k: v["next_offset"] for k, v in body.get("slices", {}).items()}
+        offsets = {f"{t}:{p}": off for (t, p), off in
+                   committed_offsets(args.bootstrap, f"{prefix}-group", f"{prefix}-in").items()}
         right = sum(truth[m] == label for m, label in predictions.items())
         print(f"\npredictions for unlabelled messages: {len(predictions)} of {len(unlabelled)}, "
               f"accuracy {right / max(1, len(predictions)):.3f} (true labels never sent)")
@@ -234,7 +239,8 @@ def main() -> int:
         print(f"dead letters: {int(figures.get('dead_bad_json', 0))} malformed record(s) "
               f"in {prefix}-dlq")
         print(f"SIGTERM: exit code {code} after {time.monotonic() - stopped:.1f} s; "
-              f"checkpoint {(workdir / 'checkpoint.json').relative_to(REPO)} covers {offsets}")
+              f"committed with the state (changelog {prefix}-group-{prefix}-in-changelog): "
+              f"{offsets}")
         return 0 if code == 0 else 1
     finally:
         if daemon.poll() is None:

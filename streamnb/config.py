@@ -66,7 +66,6 @@ class KafkaSettings:
     session_timeout_ms: int = 10000
     producer_linger_ms: int = 5
     producer_acks: str = "all"
-    producer_process: bool = True
     # How long start-up waits for the bootstrap servers before failing (exit 2).
     startup_timeout_seconds: float = 10.0
     security_protocol: str = "PLAINTEXT"
@@ -80,6 +79,11 @@ class KafkaSettings:
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
     ssl_check_hostname: bool = True
+    # The commit protocol's producer; empty: derived from group_id and group_instance_id.
+    transactional_id: str = ""
+    transaction_timeout_ms: int = 15000
+    # Of a changelog topic the daemon creates; -1: the broker's default.replication.factor.
+    changelog_replication_factor: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +109,8 @@ class OutputSettings:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointSettings:
-    path: Path = Path("var/streamnb/checkpoint.json")
     every_messages: int = 10000
-    every_seconds: float = 30.0
+    every_seconds: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +252,12 @@ def _acks(key: str, value: Any) -> str:
     return ""  # unreachable
 
 
+def _replication_factor(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not (value == -1 or value >= 1):
+        _fail(key, "-1 (the broker's default) or a positive integer", value)
+    return value
+
+
 def _bool(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
         _fail(key, "true or false", value)
@@ -289,7 +298,6 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
             "session_timeout_ms": _positive_int,
             "producer_linger_ms": _positive_int,
             "producer_acks": _acks,
-            "producer_process": _bool,
             "startup_timeout_seconds": _positive_float,
             "security_protocol": _upper_one_of(*SECURITY_PROTOCOLS),
             "sasl_mechanism": _upper_one_of("", *SASL_MECHANISMS),
@@ -300,6 +308,9 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
             "ssl_certfile": _path,
             "ssl_keyfile": _path,
             "ssl_check_hostname": _bool,
+            "transactional_id": _str,
+            "transaction_timeout_ms": _positive_int,
+            "changelog_replication_factor": _replication_factor,
         },
     ),
     "model": (
@@ -314,7 +325,7 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
     "output": (OutputSettings, {"explain": _count}),
     "checkpoint": (
         CheckpointSettings,
-        {"path": _path, "every_messages": _positive_int, "every_seconds": _positive_float},
+        {"every_messages": _positive_int, "every_seconds": _positive_float},
     ),
     "feedback": (FeedbackSettings, {"max_ids": _positive_int, "max_bytes": _positive_int}),
     "metrics": (
@@ -371,8 +382,8 @@ def load_settings(
 ) -> Settings:
     """Read ``path`` (or ``text``), apply ``STREAMNB_*`` overrides from ``environ``, validate.
 
-    ``environ`` defaults to :data:`os.environ`. Relative checkpoint paths are resolved
-    against the directory of the config file (or the working directory for ``text``).
+    ``environ`` defaults to :data:`os.environ`. Relative TLS and password file paths are
+    resolved against the directory of the config file (or the working directory for ``text``).
     """
     base = Path.cwd()
     if text is None:
@@ -414,13 +425,6 @@ def load_settings(
             fields[key] = checks[key](f"{table}.{key}", item)
         sections[table] = cls(**fields)
     settings = Settings(**sections)
-    if not settings.checkpoint.path.is_absolute():
-        checkpoint = CheckpointSettings(
-            path=base / settings.checkpoint.path,
-            every_messages=settings.checkpoint.every_messages,
-            every_seconds=settings.checkpoint.every_seconds,
-        )
-        settings = Settings(**{**_as_dict(settings), "checkpoint": checkpoint})
     _check_preset(settings.model)
     settings = Settings(**{**_as_dict(settings), "kafka": _resolve_security(settings.kafka, base)})
     kafka = settings.kafka

@@ -2,15 +2,17 @@
 
 The message (a raw mail, or plain text with ``--text``) is featurized as the daemon would and
 scored by a saved model: a model file written by ``streamnb evaluate --save-model`` (it holds
-the ``[features]`` it was trained with) or a daemon checkpoint (its partition slices summed:
-the model the daemon predicts with; the ``[features]`` come from ``--config``). It prints the
+the ``[features]`` it was trained with) or, with ``--changelog``, the state of a group of
+daemons in Kafka (every partition's slice, read from the changelog topics and summed: the model
+the daemons predict with; ``[kafka]``, ``[model]`` and ``[features]`` come from ``--config``).
+It prints the
 log-odds of the predicted class against the runner-up and its exact parts: the prior, for
 Bernoulli the absent-word term, the k strongest tokens and the sum of the others
 (``TextModel.explain_log_odds``; the same as ``output.explain`` adds to each prediction).
 
     streamnb evaluate ../shared/data/spamassassin --save-model model.json
     streamnb explain --model model.json message.eml
-    streamnb explain --checkpoint var/streamnb/checkpoint.json -k 20 < message.eml
+    streamnb explain --changelog --config config.toml -k 20 < message.eml
     echo "WINNER! claim your prize" | streamnb explain --model sms.json --text --json
 """
 
@@ -20,7 +22,6 @@ import argparse
 import json
 import os
 import sys
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -77,49 +78,43 @@ def _read_model_file(path: Path) -> tuple[Any, dict[str, Any]]:
     return _model_of(document.get("model"), str(path)), features
 
 
-def _read_checkpoint_model(path: Path):
-    from streamnb.daemon.checkpoint import CheckpointError, read_checkpoint
+def _read_group_model(config: str | None):
+    """The model the daemons of ``config``'s group predict with: every partition's slice, read
+    from the changelog topics in Kafka and summed; and the group's ``[features]``."""
+    from streamnb.config import ConfigError, load_settings
+    from streamnb.daemon.changelog import ChangelogError, apply_records, changelog_topic
+    from streamnb.daemon.kafka_io import KafkaReadError, read_to_end
+    from streamnb.models import make_model
+    from streamnb.models.presets import resolve
 
     try:
-        body = read_checkpoint(path)
-    except CheckpointError as error:
+        settings = load_settings(config or "config.toml")
+    except ConfigError as error:
         raise ExplainError(str(error)) from None
-    except OSError as error:
-        raise ExplainError(f"{path}: {error.strerror}") from None
-    if body is None:
-        raise ExplainError(f"{path}: no such checkpoint")
-    model = None
-    for key, part in sorted(body.get("slices", {}).items()):
-        piece = _model_of(part.get("model"), f"{path} slice {key}")
-        model = piece if model is None else model.merge(piece)
-    if model is None:
-        raise ExplainError(f"{path}: the checkpoint holds no model slice yet")
-    return model
-
-
-def _config_features(config: str | None) -> dict[str, Any]:
-    """The ``[features]`` table of ``config`` (default ./config.toml if present, else {})."""
-    path = Path(config) if config is not None else Path("config.toml")
-    if config is None and not path.is_file():
-        return {}
-    try:
-        with path.open("rb") as handle:
-            document = tomllib.load(handle)
-    except OSError as error:
-        raise ExplainError(f"--config {path}: {error.strerror}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ExplainError(f"{path}: not valid TOML: {error}") from None
-    features = document.get("features", {})
-    if not isinstance(features, dict):
-        raise ExplainError(f"{path}: [features] must be a table")
-    return features
+    kind, options = resolve(settings.model.table())
+    model = make_model(kind, **options)
+    for topic in settings.kafka.input_topics:
+        changelog = changelog_topic(settings.kafka.group_id, topic)
+        try:
+            partitions = read_to_end(settings.kafka, changelog)
+            for partition, records in sorted(partitions.items()):
+                piece = make_model(kind, **options)
+                apply_records(piece, None, f"{topic}:{partition}", records,
+                              where=f"{changelog}:{partition}")
+                model += piece
+        except (KafkaReadError, ChangelogError) as error:
+            raise ExplainError(str(error)) from None
+    if not model.n_updates:
+        raise ExplainError(f"the changelog of group {settings.kafka.group_id} holds no "
+                           "learned message yet")
+    return model, dict(settings.features)
 
 
 def load_model(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """The model and the featurizer options named by ``--model`` or ``--checkpoint``."""
+    """The model and the featurizer options named by ``--model`` or ``--changelog``."""
     if args.model is not None:
         return _read_model_file(Path(args.model))
-    return _read_checkpoint_model(Path(args.checkpoint)), _config_features(args.config)
+    return _read_group_model(args.config)
 
 
 def _featurize(features: Mapping[str, Any], data: bytes, as_text: bool):
@@ -165,10 +160,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", metavar="FILE",
                         help="a model file written by `streamnb evaluate --save-model`")
-    source.add_argument("--checkpoint", metavar="FILE", help="a daemon checkpoint")
+    source.add_argument("--changelog", action="store_true",
+                        help="the model the daemons of a group predict with, read from its "
+                        "changelog topics in Kafka ([kafka], [model] and [features] of --config)")
     parser.add_argument("--config", metavar="FILE",
-                        help="with --checkpoint: the config.toml whose [features] the daemon "
-                        "used (default: ./config.toml if present, else built-in defaults)")
+                        help="with --changelog: the daemons' config.toml (default: ./config.toml)")
     parser.add_argument("--text", action="store_true",
                         help="the message is plain text (an SMS, say), not a raw mail")
     parser.add_argument("-k", type=int, default=10, metavar="K",
@@ -181,7 +177,7 @@ def main(args: argparse.Namespace) -> int:
         if args.k < 0:
             raise ExplainError(f"-k must be >= 0, got {args.k}")
         if args.config is not None and args.model is not None:
-            raise ExplainError("--config goes with --checkpoint: a model file holds its "
+            raise ExplainError("--config goes with --changelog: a model file holds its "
                                "own [features]")
         model, features = load_model(args)
         unavailable = getattr(model, "explanation_unavailable",

@@ -62,7 +62,7 @@ FEEDBACK_OUTCOMES = ("learned", "relabelled", "duplicate", "unknown_id")
 DEAD_LETTER_REASONS = (
     "bad_json", "bad_body", "bad_id", "bad_label", "bad_type", "empty_value", "missing_body",
     "missing_label", "too_large", "wrong_type", "parse_error", "model_rejected",
-    "unknown_label", "unknown_id", "output_too_large",
+    "unknown_label", "unknown_id", "output_too_large", "too_large_for_state",
 )
 # Limits of the featurizer (FeaturizerOptions) that can cut a message short, exported at zero.
 TRUNCATION_REASONS = (
@@ -276,6 +276,12 @@ class _DerivedCollector(Collector):
                 "Labelled messages scored before learning (prequential evaluation).",
                 labels=[],
             ),
+            "correct": CounterMetricFamily(
+                "streamnb_prequential_correct",
+                "Labelled messages whose prediction (made before learning) was right; divided "
+                "by observed, summed over instances, it is the group's accuracy.",
+                labels=[],
+            ),
             "unscored": CounterMetricFamily(
                 "streamnb_prequential_unscored",
                 "Labelled messages that arrived before the model could predict anything.",
@@ -448,14 +454,27 @@ class Metrics:
         )
         self._checkpoint_time = Gauge(
             "streamnb_last_checkpoint_timestamp_seconds",
-            "Unix time of the last completed checkpoint (age: time() - this).", registry=r,
+            "Unix time of the last committed transaction (age: time() - this).", registry=r,
         )
         self._checkpoint_duration = Histogram(
-            "streamnb_checkpoint_duration_seconds", "Time to write one checkpoint.",
+            "streamnb_checkpoint_duration_seconds",
+            "Time to commit one transaction (changelog records, offsets, commit).",
             buckets=CHECKPOINT_BUCKETS, registry=r,
         )
         self._checkpoint_size = Gauge(
-            "streamnb_checkpoint_size_bytes", "Size of the last checkpoint written.", registry=r
+            "streamnb_checkpoint_size_bytes",
+            "Changelog bytes (keys and values) written by the last commit.", registry=r
+        )
+        self._global_staleness = Gauge(
+            "streamnb_global_model_staleness_seconds",
+            "Seconds since the slices this daemon does not own were last read up to the end "
+            "of their changelog (0 while caught up; their owners' commits lag behind too).",
+            registry=r,
+        )
+        self._global_lag = Gauge(
+            "streamnb_global_model_lag_records",
+            "Changelog records of the slices this daemon does not own, not yet applied to its "
+            "global model.", registry=r,
         )
         self._vocabulary = Gauge(
             "streamnb_model_vocabulary_size", "Distinct features (tokens) the model knows.",
@@ -563,6 +582,10 @@ class Metrics:
         self._checkpoint_time.set_to_current_time()
         self._checkpoint_duration.observe(duration_seconds)
         self._checkpoint_size.set(size_bytes)
+
+    def set_global_model_staleness(self, seconds: float, lag_records: int) -> None:
+        self._global_staleness.set(seconds)
+        self._global_lag.set(lag_records)
 
     def set_model_size(self, vocabulary_size: int, state_bytes: int) -> None:
         self._vocabulary.set(vocabulary_size)
@@ -721,6 +744,8 @@ class Metrics:
             self._fold()
             classes = sorted(self._classes)
             fams["observed"].add_metric([], self._life.n())
+            fams["correct"].add_metric(
+                [], sum(self._life.cm.data[c][c] for c in classes))
             fams["unscored"].add_metric([], self._unscored)
             for scope, pre in (("lifetime", self._life), ("recent", self._recent)):
                 self._fill_scope(fams, scope, pre, classes)

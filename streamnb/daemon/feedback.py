@@ -5,7 +5,8 @@ For each recent message id it keeps the model input (compact JSON bytes), the in
 message was unlabelled and no feedback has come yet). That last field is what makes feedback
 idempotent: a label equal to the current one is a duplicate and changes nothing, a different
 one is a correction (unlearn the old, learn the new). Replaying feedback after a crash is then
-safe, because the store is checkpointed together with the model and the offsets.
+safe, because the store is committed together with the model and the offsets (each entry is a
+changelog record keyed by the message id, see :mod:`streamnb.daemon.changelog`).
 
 The store is bounded by a number of ids and a number of bytes; the oldest messages (by arrival)
 are forgotten first. Feedback for a forgotten (or never seen) id cannot be learned: the daemon
@@ -44,6 +45,8 @@ class Entry:
     slice: str
     label: str | None
     x_json: bytes
+    #: Arrival order (per store), so a store rebuilt from its changelog evicts in the same order.
+    seq: int = 0
 
     @property
     def x(self) -> Any:
@@ -71,6 +74,10 @@ class FeedbackStore:
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self.nbytes = 0
         self.evicted = 0
+        self._next_seq = 0
+        # Ids remembered, relabelled or evicted since mark_changes() (None: not tracked).
+        self._changed: set[str] | None = None
+        self._unordered = False  # put() added an entry older than the newest
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -98,9 +105,13 @@ class FeedbackStore:
         old = self._entries.pop(msg_id, None)
         if old is not None:
             self.nbytes -= self._size(msg_id, old)
-        entry = Entry(slice_key, label, x_json)
+        entry = Entry(slice_key, label, x_json, self._next_seq)
+        self._next_seq += 1
         self._entries[msg_id] = entry
         self.nbytes += self._size(msg_id, entry)
+        changed = self._changed
+        if changed is not None:
+            changed.add(msg_id)
         evicted = 0
         while len(self._entries) > 1 and (
             len(self._entries) > self.max_ids or self.nbytes > self.max_bytes
@@ -108,11 +119,56 @@ class FeedbackStore:
             old_id, old_entry = self._entries.popitem(last=False)
             self.nbytes -= self._size(old_id, old_entry)
             evicted += 1
+            if changed is not None:
+                changed.add(old_id)
         self.evicted += evicted
         return evicted
 
     def set_label(self, msg_id: str, label: str | None) -> None:
         self._entries[msg_id].label = label
+        if self._changed is not None:
+            self._changed.add(msg_id)
+
+    # -------------------------------------------------------------- changelog
+    def mark_changes(self) -> None:
+        """Start (or restart) remembering which ids change (see :meth:`changed_ids`)."""
+        self._changed = set()
+
+    def changed_ids(self) -> list[str]:
+        """Ids remembered, relabelled or evicted since :meth:`mark_changes`, in arrival order
+        of the entries still held, then the evicted ones (absent now)."""
+        if self._changed is None:
+            raise RuntimeError("changed_ids() before mark_changes(): nothing is tracked")
+        entries = self._entries
+        held = sorted((i for i in self._changed if i in entries), key=lambda i: entries[i].seq)
+        return held + sorted(i for i in self._changed if i not in entries)
+
+    def put(self, msg_id: str, entry: Entry | None) -> None:
+        """Set ``msg_id``'s entry as its changelog record says (None: delete it), without
+        evicting anything: only the store's owner evicts, and its evictions are records too.
+        An id already held keeps its place; call :meth:`order_by_arrival` after a restore."""
+        old = self._entries.pop(msg_id, None) if entry is None else self._entries.get(msg_id)
+        if old is not None:
+            self.nbytes -= self._size(msg_id, old)
+        if entry is None:
+            return
+        if (entry.seq < self._next_seq) if old is None else (entry.seq != old.seq):
+            self._unordered = True
+        self._entries[msg_id] = entry
+        self.nbytes += self._size(msg_id, entry)
+        self._next_seq = max(self._next_seq, entry.seq + 1)
+        if self._changed is not None:
+            self._changed.add(msg_id)
+
+    def order_by_arrival(self) -> None:
+        """Put the entries back in arrival order (a compacted log holds them in write order)."""
+        if not self._unordered:
+            return
+        self._unordered = False
+        self._entries = OrderedDict(sorted(self._entries.items(), key=lambda item: item[1].seq))
+
+    def items(self):
+        return self._entries.items()
 
     @staticmethod
     def _size(msg_id: str, entry: Entry) -> int:

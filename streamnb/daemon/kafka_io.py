@@ -1,20 +1,22 @@
 """Everything that talks to Kafka: the only module that imports ``kafka`` (kafka-python).
 
 The daemon sees partitions as ``(topic, partition)`` tuples and records as :class:`Record`, so
-the loop can be tested against an in-memory fake with the same small surface as
-:class:`KafkaIO`: ``poll``, ``seek``, ``seek_to_beginning``, ``seek_to_end``, ``commit``,
-``highwater``, ``send``, ``flush``, ``close``.
+the loop can be tested against an in-memory fake with the same surface as :class:`KafkaIO`
+(``tests/daemon/fakes.py``): the group consumer of the inputs (``poll``, ``seek``,
+``highwater``, ``committed``), the transaction (``send``, ``commit``, ``abort``) and the
+changelog reader (``tail_*``).
 
-Producing runs in a child process by default (``kafka.producer_process``): kafka-python's
-producer spends as much CPU per record as its consumer, and in the daemon's process it competes
-for the GIL with the model; in a child it runs on another core. Records reach the child in one
-pipe message per batch, and :meth:`KafkaIO.flush` still returns only once every record is
-acknowledged by the broker (or raises).
+Why the producer is in the daemon's process: the commit protocol needs the producer's
+transaction and the consumer's group metadata together (``send_offsets_to_transaction``), in
+order with the rebalance callbacks, which commit before partitions are given up. A producer in
+a child process (what the daemon used for its at-least-once outputs) would need a
+request-reply round trip for each of those steps and a way to fence the child with the
+parent; one transactional producer next to the consumer has neither problem.
 
 Threading note (kafka-python 3): rebalance callbacks run on the consumer's IO thread while the
 caller's ``poll`` waits for the rebalance to finish, so they never overlap the processing of a
-batch. A blocking commit is not allowed on that thread; :meth:`KafkaIO.commit` with
-``wait=False`` is what the revocation path uses.
+batch. They may use the producer and the changelog reader (other clients with their own IO),
+but not this consumer's coordinator: :meth:`KafkaIO.committed` is called from the loop.
 
 >>> Record("mail", 0, 7, b"m1", b"{}", (), 0).tp
 ('mail', 0)
@@ -22,35 +24,36 @@ batch. A blocking commit is not allowed on that thread; :meth:`KafkaIO.commit` w
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
-import multiprocessing
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import ConfigResource
+from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import (
+    CommitFailedError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    KafkaError,
+    ProducerFencedError,
+    TopicAlreadyExistsError,
+    UnknownMemberIdError,
+)
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.structs import OffsetAndMetadata
 
 from streamnb.config import KafkaSettings
+from streamnb.daemon.errors import ChangelogTopicError, FencedError
 
 __all__ = [
-    "KafkaIO",
-    "Record",
-    "TP",
-    "client_config",
-    "create_topics",
-    "produce",
-    "producer_config",
-    "read_all",
-    "record_size",
+    "KAFKA_DEFAULT_MAX_MESSAGE_BYTES", "KafkaIO", "Record", "TP", "client_config",
+    "committed_offsets", "create_topics", "end_offsets", "ensure_changelogs", "open_admin",
+    "produce", "producer_config", "read_all", "read_to_end", "record_size", "topic_limits",
 ]
 
 log = logging.getLogger("streamnb.kafka")
@@ -128,10 +131,14 @@ def record_size(key: bytes | None, value: bytes | None, headers=None) -> int:
     return DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers or [])
 
 
-def producer_config(settings: KafkaSettings, max_record_bytes: int | None = None) -> dict:
-    """kafka-python ``KafkaProducer`` arguments for the daemon's outputs; ``max_record_bytes``
-    is the largest record an output topic accepts (its ``max.message.bytes``)."""
-    limit = max_record_bytes or KAFKA_DEFAULT_MAX_MESSAGE_BYTES
+def producer_config(settings: KafkaSettings, topic_limits: dict[str, int] | None = None) -> dict:
+    """kafka-python ``KafkaProducer`` arguments for the daemon's outputs; ``topic_limits`` maps
+    each topic it writes to what a record batch there may take (its ``max.message.bytes``).
+
+    A request may carry the largest record any topic accepts; a batch, which kafka-python fills
+    with records of one partition up to ``batch_size`` bytes, must fit the topic that accepts
+    least (the broker checks the whole batch against ``max.message.bytes``)."""
+    limits = list((topic_limits or {}).values()) or [KAFKA_DEFAULT_MAX_MESSAGE_BYTES]
     return {
         **client_config(settings),
         "client_id": f"{settings.client_id}-producer",
@@ -139,9 +146,21 @@ def producer_config(settings: KafkaSettings, max_record_bytes: int | None = None
             settings.producer_acks
         ),
         "linger_ms": settings.producer_linger_ms,
-        "batch_size": min(PRODUCER_BATCH_BYTES, limit),
-        "max_request_size": limit,
+        "batch_size": min(PRODUCER_BATCH_BYTES, min(limits)),
+        "max_request_size": max(limits),
         "enable_idempotence": settings.producer_acks == "all",
+    }
+
+
+def transactional_producer_config(settings: KafkaSettings, transactional_id: str,
+                                  topic_limits: dict[str, int] | None = None) -> dict:
+    """The producer of the commit protocol: idempotent, acks=all, one transactional id."""
+    return {
+        **producer_config(settings, topic_limits),
+        "acks": "all",
+        "enable_idempotence": True,
+        "transactional_id": transactional_id,
+        "transaction_timeout_ms": settings.transaction_timeout_ms,
     }
 
 
@@ -161,13 +180,41 @@ class _Listener(ConsumerRebalanceListener):
             self.io.on_revoked(_tps(lost), lost=True)
 
 
-class KafkaIO:
-    """A consumer in a group (manual commits, batched polls) plus an asynchronous producer.
+_FENCING = (ProducerFencedError, CommitFailedError, FencedInstanceIdError,
+            IllegalGenerationError, UnknownMemberIdError)
 
-    ``on_assigned(tps)`` and ``on_revoked(tps, lost)`` are called from rebalances.
-    ``topic_limits`` maps each output topic to the largest record it accepts (see
+
+def _raise_fenced(error: BaseException) -> None:
+    """Raise :class:`FencedError` if ``error`` (or the error it wraps: kafka-python reports a
+    fenced producer's later sends as a plain ``KafkaError`` holding the first) says that a
+    newer producer or group member has taken over."""
+    chain: list = []
+    link: BaseException | None = error
+    while link is not None and len(chain) < 10:  # a rebalance listener's error, say
+        chain.append(link)
+        link = link.__cause__
+    causes = chain + [arg for e in chain for arg in getattr(e, "args", ())]
+    for cause in causes:
+        if isinstance(cause, FencedError):
+            raise cause from error
+        if isinstance(cause, _FENCING) or cause is ProducerFencedError:
+            raise FencedError(f"{type(cause).__name__}: {cause}") from error
+
+
+class KafkaIO:
+    """The group consumer of the inputs, the transactional producer of everything the daemon
+    writes, and the reader of the changelog partitions it does not own.
+
+    ``on_assigned(tps)`` and ``on_revoked(tps, lost)`` are called from rebalances (on the
+    consumer's IO thread, while :meth:`poll` waits). ``changelogs`` maps each input topic to
+    its changelog topic; :func:`ensure_changelogs` has checked or created them.
+    ``topic_limits`` maps each topic the daemon writes to the largest record it accepts (see
     :func:`topic_limits`); :meth:`room` answers from it, so the daemon never hands the
-    producer a record that would fail.
+    producer a record that would fail the transaction.
+
+    Reading inputs with ``isolation_level=read_committed`` also makes the group's offset fetch
+    wait for a pending transaction's offsets (KIP-447's ``require_stable``), so a partition's
+    new owner never starts from offsets that a dying owner's commit is about to move.
     """
 
     def __init__(
@@ -175,14 +222,38 @@ class KafkaIO:
         settings: KafkaSettings,
         on_assigned: Callable[[list[TP]], None],
         on_revoked: Callable[[list[TP], bool], None],
+        changelogs: dict[str, str],
+        transactional_id: str,
+        watchdog: Any,
         topic_limits: dict[str, int] | None = None,
     ):
         self.settings = settings
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
+        self.changelogs = changelogs
+        self.watchdog = watchdog
+        self.transactional_id = transactional_id
         self.topic_limits = dict(topic_limits or {})
-        self.producer = (ProducerProcess if settings.producer_process else Producer)(
-            producer_config(settings, max(self.topic_limits.values(), default=None))
+        self.in_transaction = False
+        self._errors: list[BaseException] = []
+        self._errors_lock = threading.Lock()
+        self.producer = KafkaProducer(
+            **transactional_producer_config(settings, transactional_id, self.topic_limits))
+        try:
+            # Fences any earlier producer with this id and aborts its open transaction.
+            with self.watchdog.guard("init_transactions"):
+                self.producer.init_transactions()
+        except ProducerFencedError as error:
+            raise FencedError(f"transactional id {transactional_id!r}: {error}") from None
+        self.reader = KafkaConsumer(
+            **client_config(settings),
+            client_id=f"{settings.client_id}-changelog",
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            max_poll_records=5000,
+            fetch_max_bytes=64 * 1024 * 1024,
+            max_partition_fetch_bytes=16 * 1024 * 1024,
         )
         self.consumer = KafkaConsumer(
             **client_config(settings),
@@ -190,6 +261,7 @@ class KafkaIO:
             group_id=settings.group_id,
             group_instance_id=settings.group_instance_id or None,
             enable_auto_commit=False,
+            isolation_level="read_committed",
             auto_offset_reset=settings.start_offset,
             max_poll_records=settings.max_poll_records,
             session_timeout_ms=settings.session_timeout_ms,
@@ -197,18 +269,19 @@ class KafkaIO:
             # A topic created after start-up is noticed (and assigned) within this time.
             metadata_max_age_ms=10_000,
         )
-        # Know the input topics' partitions before joining the group: a group leader that
-        # joins without them assigns nothing until the next metadata refresh.
-        for topic in settings.input_topics:
-            if not self.consumer.partitions_for_topic(topic):
-                log.warning("input topic %s does not exist (yet)", topic)
-        self.consumer.subscribe(list(settings.input_topics), listener=_Listener(self))
+
+    def subscribe(self) -> None:
+        """Join the group (after the state is read: the first rebalance may come at once)."""
+        self.consumer.subscribe(list(self.settings.input_topics), listener=_Listener(self))
 
     # ------------------------------------------------------------------ consuming
     def poll(self, timeout_ms: int) -> list[Record]:
         """The next batch (at most ``max_poll_records``), in offset order within a partition."""
-        self.producer.push()  # the outputs of the batch just processed
-        batches = self.consumer.poll(timeout_ms=timeout_ms)
+        try:
+            batches = self.consumer.poll(timeout_ms=timeout_ms)
+        except KafkaError as error:
+            _raise_fenced(error)
+            raise
         records: list[Record] = []
         for tp, items in batches.items():
             records.extend(_records(tp, items))
@@ -217,37 +290,18 @@ class KafkaIO:
     def seek(self, tp: TP, offset: int) -> None:
         self.consumer.seek(TopicPartition(*tp), offset)
 
-    def seek_to_beginning(self, tp: TP) -> None:
-        self.consumer.seek_to_beginning(TopicPartition(*tp))
-
-    def seek_to_end(self, tp: TP) -> None:
-        self.consumer.seek_to_end(TopicPartition(*tp))
-
     def highwater(self, tp: TP) -> int | None:
         return self.consumer.highwater(TopicPartition(*tp))
 
-    def commit(self, offsets: dict[TP, int], wait: bool = True) -> bool:
-        """Commit ``offsets`` (the next offset to read per partition) to the group.
+    def committed(self, tp: TP) -> int | None:
+        """The group's committed offset of ``tp`` (None: never committed)."""
+        return self.consumer.committed(TopicPartition(*tp), timeout_ms=30_000)
 
-        These commits only feed lag dashboards: the daemon resumes from its checkpoint, so a
-        failed commit is logged and otherwise harmless.
-        """
-        if not offsets:
-            return True
-        payload = {
-            TopicPartition(*tp): OffsetAndMetadata(off, "", -1) for tp, off in offsets.items()
-        }
-        try:
-            if wait:
-                self.consumer.commit(payload, timeout_ms=5000)
-            else:
-                self.consumer.commit_async(payload)
-        except (KafkaError, RuntimeError) as error:
-            log.warning("offset commit failed (lag metrics only): %s", error)
-            return False
-        return True
+    def input_partitions(self) -> list[TP]:
+        return [(topic, p) for topic in self.settings.input_topics
+                for p in sorted(self.consumer.partitions_for_topic(topic) or ())]
 
-    # ------------------------------------------------------------------ producing
+    # ------------------------------------------------------------------ the transaction
     def room(self, topic: str, key: bytes | None, headers=None) -> int:
         """How many value bytes a record with ``key`` and ``headers`` may carry to ``topic``
         (negative: not even an empty value fits)."""
@@ -255,174 +309,195 @@ class KafkaIO:
         # The value's length varint grows with it: up to 5 bytes, counted here.
         return limit - record_size(key, b"", headers) - 5
 
+    def begin(self) -> None:
+        if not self.in_transaction:
+            self.producer.begin_transaction()
+            self.in_transaction = True
+
     def send(
         self,
         topic: str,
         key: bytes | None,
-        value: bytes,
+        value: bytes | None,
         headers: list[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
     ) -> None:
-        """Queue a record; delivery is confirmed by :meth:`flush`."""
-        self.producer.send(topic, key, value, headers)
-
-    def flush(self, timeout: float = 30.0) -> None:
-        """Block until every queued record is acknowledged; raise if any delivery failed."""
-        self.producer.flush(timeout)
-
-    def close(self, timeout: float = 5.0) -> None:
+        """Add a record to the open transaction (opened if need be)."""
         try:
-            self.consumer.close(autocommit=False, timeout_ms=int(timeout * 1000))
-        finally:
-            self.producer.close(timeout)
-
-
-class Producer:
-    """kafka-python's producer in this process, collecting delivery errors for :meth:`flush`."""
-
-    def __init__(self, config: dict):
-        self._errors: list[BaseException] = []
-        self._errors_lock = threading.Lock()
-        self._producer = KafkaProducer(**config)
+            self.begin()
+            future = self.producer.send(topic, value=value, key=key, headers=headers,
+                                        partition=partition)
+        except KafkaError as error:
+            self._raise_if_fenced(error)
+            raise
+        future.add_errback(self._on_error)
 
     def _on_error(self, error: BaseException) -> None:
         with self._errors_lock:
             self._errors.append(error)
 
-    def send(self, topic: str, key: bytes | None, value: bytes, headers=None) -> None:
+    def commit(self, offsets: dict[TP, int]) -> None:
+        """Send ``offsets`` (next offset to read, per input partition) into the transaction
+        with the group's metadata, and commit it. Raises :class:`FencedError` when a newer
+        producer or group member has taken over, ``KafkaError`` on any other failure (the
+        transaction is then not committed)."""
+        self.begin()
         try:
-            future = self._producer.send(topic, value=value, key=key, headers=headers)
-        except KafkaError as error:  # e.g. MessageSizeTooLargeError: reported by flush
-            self._on_error(error)
-            return
-        future.add_errback(self._on_error)
-
-    def push(self) -> None:
-        """Nothing to do: records go to kafka-python's accumulator as they are sent."""
-
-    def take_errors(self, timeout: float) -> list[str]:
-        """Wait for every queued record's acknowledgement; the delivery errors since last time."""
-        self._producer.flush(timeout=timeout)
+            if offsets:
+                payload = {TopicPartition(*tp): OffsetAndMetadata(off, "", -1)
+                           for tp, off in offsets.items()}
+                with self.watchdog.guard("send_offsets_to_transaction"):
+                    self.producer.send_offsets_to_transaction(
+                        payload, self.consumer.group_metadata())
+            with self.watchdog.guard("commit_transaction"):
+                self.producer.commit_transaction()
+        except KafkaError as error:
+            self._raise_if_fenced(error)
+            raise
+        finally:
+            self.in_transaction = False
         with self._errors_lock:
             errors, self._errors = self._errors, []
-        return [repr(error) for error in errors]
+        if errors:  # not expected after a successful commit, but never ignored
+            raise KafkaDeliveryError(f"{len(errors)} record(s) not delivered: {errors[0]!r}")
 
-    def flush(self, timeout: float) -> None:
-        errors = self.take_errors(timeout)
-        if errors:
-            raise KafkaDeliveryError(f"{len(errors)} output record(s) not delivered: {errors[0]}")
+    def _raise_if_fenced(self, error: KafkaError) -> None:
+        """Raise :class:`FencedError` if ``error`` is, or soon turns out to be, fencing.
 
-    def close(self, timeout: float) -> None:
-        self._producer.close(timeout=timeout)
+        When a newer producer has bumped the epoch, kafka-python's producer first takes the
+        broker's ``InvalidProducerEpoch`` for a recoverable error and starts bumping its own
+        epoch (KIP-360), refusing sends meanwhile (``IllegalStateError``); the bump then fails
+        with ``ProducerFenced``. So a refused send waits a few seconds for that verdict.
+        """
+        _raise_fenced(error)
+        manager = getattr(self.producer, "_transaction_manager", None)
+        deadline = time.monotonic() + 10.0
+        while manager is not None and time.monotonic() < deadline:
+            last = manager.last_error
+            if last is not None:
+                _raise_fenced(last)
+            if not manager.is_bumping_epoch():
+                return
+            time.sleep(0.05)
 
-
-class ProducerProcess:
-    """The same surface as :class:`Producer`, with kafka-python's producer in a child process.
-
-    ``send`` only appends to a list; the list goes to the child in one pipe message when
-    :meth:`push` is called (the daemon's :meth:`KafkaIO.poll` does, so outputs leave at the
-    end of each batch) or on :meth:`flush`. The child ignores SIGINT and SIGTERM (the daemon
-    decides when to stop) and ends when the pipe closes, also when the daemon is killed.
-    """
-
-    START_TIMEOUT = 60.0
-
-    def __init__(self, config: dict):
-        context = multiprocessing.get_context("spawn")  # no fork of a process with threads
-        self._conn, child_end = context.Pipe()
-        self._process = context.Process(
-            target=_run_producer, args=(config, child_end), name="streamnb-producer", daemon=True
-        )
-        self._process.start()
-        child_end.close()
-        # At interpreter exit, multiprocessing joins its children; a child that was never
-        # closed (the daemon failed to start, say) ends when its pipe does, so close it first.
-        atexit.register(self._conn.close)
-        self._pending: list[tuple] = []
-        self._reply("start", self.START_TIMEOUT)
-
-    def send(self, topic: str, key: bytes | None, value: bytes, headers=None) -> None:
-        self._pending.append((topic, key, value, headers))
-
-    def push(self) -> None:
-        if self._pending:
-            pending, self._pending = self._pending, []
-            self._request(("send", pending))
-
-    def flush(self, timeout: float) -> None:
-        self.push()
-        self._request(("flush", timeout))
-        errors = self._reply("flush", timeout + 10)
-        if errors:
-            raise KafkaDeliveryError(f"{len(errors)} output record(s) not delivered: {errors[0]}")
-
-    def close(self, timeout: float) -> None:
+    def abort(self) -> None:
+        if not self.in_transaction:
+            return
         try:
-            if self._process.is_alive():
-                self.push()
-                self._request(("close", timeout))
-                self._reply("close", timeout + 10)
-        except KafkaDeliveryError as error:
-            log.warning("producer process: %s", error)
+            with self.watchdog.guard("abort_transaction"):
+                self.producer.abort_transaction()
         finally:
-            self._conn.close()
-            atexit.unregister(self._conn.close)
-            self._process.join(timeout=5)
-            if self._process.is_alive():
-                self._process.kill()
+            self.in_transaction = False
+            with self._errors_lock:
+                self._errors = []
 
-    def _request(self, message: tuple) -> None:
+    # ------------------------------------------------------------------ changelog reader
+    def changelog_of(self, tp: TP) -> TP:
+        return (self.changelogs[tp[0]], tp[1])
+
+    def tail_assign(self, tps: dict[TP, int | None]) -> None:
+        """Read these changelog partitions, each from its given offset (None: from its
+        start); partitions already read and not given keep their positions."""
+        current = {(tp.topic, tp.partition) for tp in self.reader.assignment()}
+        wanted = set(tps) | current
+        self.reader.assign([TopicPartition(*tp) for tp in sorted(wanted)])
+        for tp, offset in tps.items():
+            if offset is None:
+                self.reader.seek_to_beginning(TopicPartition(*tp))
+            else:
+                self.reader.seek(TopicPartition(*tp), offset)
+
+    def tail_unassign(self, tps: list[TP]) -> None:
+        drop = set(tps)
+        keep = [tp for tp in self.reader.assignment() if (tp.topic, tp.partition) not in drop]
+        self.reader.assign(keep)
+
+    def tail_assignment(self) -> list[TP]:
+        return _tps(self.reader.assignment())
+
+    def tail_poll(self, timeout_ms: int) -> list[Record]:
+        if not self.reader.assignment():
+            return []
+        records: list[Record] = []
+        for tp, items in self.reader.poll(timeout_ms=timeout_ms).items():
+            records.extend(_records(tp, items))
+        return records
+
+    def tail_positions(self, tps: list[TP]) -> dict[TP, int]:
+        return {tp: self.reader.position(TopicPartition(*tp)) for tp in tps}
+
+    def tail_lag(self) -> int:
+        """Records between the reader's positions and the ends of its partitions, as of the
+        last fetch (a partition not fetched yet counts as caught up)."""
+        lag = 0
+        for tp in self.reader.assignment():
+            high = self.reader.highwater(tp)
+            if high is not None:
+                lag += max(0, high - self.reader.position(tp))
+        return lag
+
+    def tail_ends(self, tps: list[TP]) -> dict[TP, int]:
+        """The read_committed end (last stable offset) of each changelog partition."""
+        ends = self.reader.end_offsets([TopicPartition(*tp) for tp in tps])
+        return {(tp.topic, tp.partition): offset for tp, offset in ends.items()}
+
+    def close(self, timeout: float = 5.0) -> None:
         try:
-            self._conn.send(message)
-        except (BrokenPipeError, ConnectionError, EOFError) as error:
-            raise KafkaDeliveryError(f"the producer process has ended: {error!r}") from error
-
-    def _reply(self, what: str, timeout: float) -> list[str]:
-        """The child's answer to ``what``: the delivery errors, or a failure to start."""
-        if not self._conn.poll(timeout):
-            raise KafkaDeliveryError(f"the producer process did not {what} within {timeout:.0f} s")
-        try:
-            status, detail = self._conn.recv()
-        except (EOFError, ConnectionError) as error:
-            raise KafkaDeliveryError(
-                f"the producer process ended (exit code {self._process.exitcode})") from error
-        if status == "failed":
-            raise KafkaDeliveryError(f"the producer process could not {what}: {detail}")
-        return detail
+            if self.in_transaction:
+                with contextlib.suppress(KafkaError, RuntimeError):
+                    self.abort()
+            self.consumer.close(autocommit=False, timeout_ms=int(timeout * 1000))
+        finally:
+            try:
+                self.reader.close(autocommit=False, timeout_ms=int(timeout * 1000))
+            finally:
+                self.producer.close(timeout=timeout)
 
 
-def _run_producer(config: dict, conn) -> None:
-    """The child's loop: ("send", records) / ("flush", timeout) / ("close", timeout)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def ensure_changelogs(settings: KafkaSettings, changelogs: dict[str, str]) -> None:
+    """Create each missing changelog topic (compacted, the input's partition count) and check
+    each existing one; :class:`ChangelogTopicError` names a topic that cannot be used."""
+    admin = KafkaAdminClient(**client_config(settings), client_id=f"{settings.client_id}-admin")
     try:
-        producer = Producer(config)
-    except Exception as error:  # noqa: BLE001 - reported to the daemon, which fails to start
-        conn.send(("failed", repr(error)))
-        return
-    conn.send(("ok", []))
-    while True:
-        try:
-            request, argument = conn.recv()
-        except (EOFError, ConnectionError):  # the daemon is gone: deliver what is queued
-            producer.close(5.0)
-            return
-        if request == "send":
-            for topic, key, value, headers in argument:
-                producer.send(topic, key, value, headers)
-            continue
-        try:
-            reply = ("ok", producer.take_errors(argument))
-        except Exception as error:  # noqa: BLE001 - e.g. a flush timeout: the daemon decides
-            reply = ("failed", repr(error))
-        if request == "close":
-            producer.close(argument)
-        conn.send(reply)
-        if request == "close":
-            return
+        existing = set(admin.list_topics())
+        described = {t["name"]: t for t in admin.describe_topics(
+            [t for t in {*changelogs, *changelogs.values()} if t in existing])}
+        for input_topic, changelog in changelogs.items():
+            if input_topic not in described:
+                raise ChangelogTopicError(
+                    f"input topic {input_topic} does not exist: create it before starting the "
+                    f"daemon (its changelog {changelog} needs its partition count)")
+            partitions = len(described[input_topic]["partitions"])
+            if changelog not in described:
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    admin.create_topics({changelog: {
+                        "num_partitions": partitions,
+                        "replication_factor": settings.changelog_replication_factor,
+                        "configs": {"cleanup.policy": "compact"},
+                    }}, wait_for_metadata=True)
+                log.info("created changelog topic %s (%d partitions, compacted)", changelog,
+                         partitions, extra={"event": "changelog_created", "topic": changelog})
+                continue
+            have = len(described[changelog]["partitions"])
+            if have != partitions:
+                raise ChangelogTopicError(
+                    f"changelog topic {changelog} has {have} partition(s) but input topic "
+                    f"{input_topic} has {partitions}: it cannot hold that input's state "
+                    "(delete it, or use another group_id)")
+            configs = admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, changelog, None)],
+                config_filter="all")
+            policy = configs["topic"][changelog].get("cleanup.policy", {}).get("value", "delete")
+            if "compact" not in str(policy).split(","):
+                raise ChangelogTopicError(
+                    f"changelog topic {changelog} has cleanup.policy={policy}: it must be "
+                    "compact, or its old records are deleted and the state with them")
+    finally:
+        admin.close()
 
 
 class KafkaDeliveryError(RuntimeError):
-    """The producer could not deliver an output or dead-letter record."""
+    """The producer could not deliver a record of the transaction."""
 
 
 # ---------------------------------------------------------------------- start-up
@@ -504,10 +579,11 @@ def create_topics(
 def produce(
     bootstrap: str,
     topic: str,
-    records: Iterable[tuple[bytes | None, bytes]],
+    records: Iterable[tuple],
     rate: float | None = None,
 ) -> int:
-    """Send ``(key, value)`` pairs to ``topic`` and wait for all of them; returns the count.
+    """Send ``(key, value)`` pairs (or ``(key, value, partition)``) to ``topic`` and wait for
+    all of them; returns the count. Without a partition, the key chooses it.
 
     With ``rate`` (records per second) sending is paced evenly instead of as fast as possible.
     """
@@ -515,12 +591,13 @@ def produce(
     count = 0
     start = time.perf_counter()
     try:
-        for key, value in records:
+        for key, value, *partition in records:
             if rate:
                 delay = start + count / rate - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-            producer.send(topic, value=value, key=key)
+            producer.send(topic, value=value, key=key,
+                          partition=partition[0] if partition else None)
             count += 1
         producer.flush(timeout=60)
     finally:
@@ -533,14 +610,20 @@ def read_all(
     topic: str,
     until: Callable[[list[Record]], bool],
     timeout: float = 60.0,
+    isolation_level: str = "read_committed",
 ) -> list[Record]:
-    """Read ``topic`` from the beginning until ``until(records_so_far)`` holds or time runs out."""
+    """Read ``topic`` from the beginning until ``until(records_so_far)`` holds or time runs out.
+
+    ``read_committed`` (the default, and what readers of the daemon's outputs use) sees only
+    committed transactions; ``read_uncommitted`` also sees open and aborted ones.
+    """
     consumer = KafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
         group_id=None,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        isolation_level=isolation_level,
     )
     records: list[Record] = []
     deadline = time.monotonic() + timeout
@@ -551,6 +634,59 @@ def read_all(
     finally:
         consumer.close(autocommit=False)
     return records
+
+
+class KafkaReadError(RuntimeError):
+    """A topic could not be read to its end (missing, unreachable, or too slow)."""
+
+
+def read_to_end(settings: KafkaSettings, topic: str, timeout: float = 120.0
+                ) -> dict[int, list[tuple[bytes | None, bytes | None]]]:
+    """Every committed record of ``topic`` as ``(key, value)``, by partition, from its start to
+    its end as of now (``read_committed``, with the daemon's connection and security settings):
+    how ``streamnb explain --changelog`` reads the group's state."""
+    try:
+        consumer = KafkaConsumer(
+            **client_config(settings), client_id=f"{settings.client_id}-reader", group_id=None,
+            enable_auto_commit=False, isolation_level="read_committed")
+    except KafkaError as error:
+        raise KafkaReadError(f"{settings.bootstrap_servers}: {error}") from None
+    try:
+        numbers = consumer.partitions_for_topic(topic)
+        if not numbers:
+            raise KafkaReadError(f"topic {topic} does not exist (has a daemon of this group run?)")
+        parts = [TopicPartition(topic, p) for p in sorted(numbers)]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        ends = consumer.end_offsets(parts)
+        out: dict[int, list[tuple[bytes | None, bytes | None]]] = {tp.partition: [] for tp in parts}
+        deadline = time.monotonic() + timeout
+        while any(consumer.position(tp) < ends[tp] for tp in parts):
+            if time.monotonic() > deadline:
+                raise KafkaReadError(f"topic {topic}: not read to its end in {timeout:g} s")
+            for tp, items in consumer.poll(timeout_ms=200).items():
+                out[tp.partition].extend((r.key, r.value) for r in items)
+        return out
+    except KafkaError as error:
+        raise KafkaReadError(f"topic {topic}: {error}") from None
+    finally:
+        consumer.close(autocommit=False)
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[TP, int]:
+    """The offsets group ``group`` has committed for ``topic`` (partitions never committed are
+    left out); waits for a pending transaction's offsets, as a new owner's fetch does."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                             enable_auto_commit=False, isolation_level="read_committed")
+    try:
+        out = {}
+        for p in sorted(consumer.partitions_for_topic(topic) or ()):
+            offset = consumer.committed(TopicPartition(topic, p), timeout_ms=30_000)
+            if offset is not None:
+                out[(topic, p)] = offset
+        return out
+    finally:
+        consumer.close(autocommit=False)
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[TP, int]:

@@ -2,9 +2,6 @@
 seconds with :class:`StartupError`, whose message is one line that names the setting to fix
 (``main`` prints it and exits with code 2).
 
-* :func:`check_checkpoint_location`: the checkpoint's directory can be created and written,
-  tried by creating, renaming and removing a probe file (permission bits alone do not tell:
-  root ignores them, ``/proc`` and read-only mounts refuse anyway);
 * :func:`serve_metrics`: ``metrics.host:metrics.port`` can be bound;
 * :func:`check_kafka`: the TLS files load (:func:`check_tls_files`), a bootstrap server
   answers within ``kafka.startup_timeout_seconds`` with the configured security settings (a
@@ -13,55 +10,25 @@ seconds with :class:`StartupError`, whose message is one line that names the set
   output topic accepts (``max.message.bytes``) so outputs are checked against it before they
   reach the producer.
 
-The checkpoint body's shape is checked where it is read (:mod:`streamnb.daemon.checkpoint`).
-
->>> import pathlib, tempfile
->>> check_checkpoint_location(pathlib.Path(tempfile.mkdtemp()) / "state" / "checkpoint.json")
->>> check_checkpoint_location(pathlib.Path("/proc/streamnb/checkpoint.json"))
-Traceback (most recent call last):
-...
-streamnb.daemon.startup.StartupError: checkpoint.path: cannot write in /proc/streamnb: ...
+The state's own topics (the compacted changelogs) are checked, or created, by
+:func:`streamnb.daemon.kafka_io.ensure_changelogs` right after :func:`check_kafka`, and
+:func:`topic_limits` then reads what their records may take.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from streamnb.config import MetricsSettings, Settings
 
-__all__ = ["StartupError", "check_checkpoint_location", "check_kafka", "serve_metrics"]
+__all__ = ["StartupError", "check_kafka", "serve_metrics", "topic_limits"]
 
 
 class StartupError(RuntimeError):
     """A start-up check failed; the message is one line naming the setting."""
-
-
-def check_checkpoint_location(path: Path) -> None:
-    """Raise unless checkpoints can be written (atomically, by rename) next to ``path``."""
-    directory = path.parent
-    probe = directory / f".{path.name}.probe-{os.getpid()}"
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with open(probe, "wb") as out:
-            out.write(b"streamnb start-up probe\n")
-            out.flush()
-            os.fsync(out.fileno())
-        renamed = probe.with_name(probe.name + "-renamed")
-        os.replace(probe, renamed)
-        renamed.unlink()
-    except OSError as error:
-        with contextlib.suppress(OSError):
-            probe.unlink()
-        raise StartupError(
-            f"checkpoint.path: cannot write in {directory}: {error.strerror or error}"
-        ) from None
-    if path.exists() and not path.is_file():
-        raise StartupError(f"checkpoint.path: {path} exists and is not a regular file")
 
 
 def serve_metrics(metrics: Any, settings: MetricsSettings) -> None:
@@ -149,6 +116,18 @@ def check_kafka(settings: Settings) -> dict[str, int]:
             f"topic carries (max.message.bytes {widest_input}): set it to at most that"
         )
     return {topic: limits[topic] for topic in outputs}
+
+
+def topic_limits(settings: Settings, topics) -> dict[str, int]:
+    """What a record sent to each of ``topics`` may take (``max.message.bytes``), read after
+    :func:`check_kafka` has found the brokers reachable."""
+    from streamnb.daemon import kafka_io
+
+    admin = kafka_io.open_admin(settings.kafka, settings.kafka.startup_timeout_seconds)
+    try:
+        return kafka_io.topic_limits(admin, topics)
+    finally:
+        admin.close()
 
 
 def check_tls_files(kafka: Any) -> None:

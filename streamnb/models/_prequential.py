@@ -257,7 +257,11 @@ def _step(model: MultinomialNB, batch: _Batch, xs: list, ys: list) -> list[dict[
         changed_rows = group_rows[changed]
         model._counts[changed_rows] += group_sums[:, changed].T
         _after_bulk_learning(model, changed_rows)
+        if model._changed_rows is not None:
+            model._note_rows(changed_rows)
     model._n_docs += learned_docs.sum(axis=0)
+    if model._changed_rows is not None and labelled.any():
+        model._totals_changed = True
     model._totals += learned_totals.sum(axis=0)
     model._active = None
     model._log_prior_cache = None

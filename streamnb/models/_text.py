@@ -37,6 +37,7 @@ from streamnb.models._base import (
     log_normalise,
     state_array,
 )
+from streamnb.models._keyed import KeyedTextStatistics
 
 _EMPTY_F = np.zeros(0)
 _EMPTY_I = np.zeros(0, dtype=np.intp)
@@ -61,7 +62,7 @@ def term_spreads(terms: np.ndarray) -> np.ndarray:
     return terms.max(axis=1) - terms.min(axis=1)
 
 
-class TextModel(Model):
+class TextModel(KeyedTextStatistics, Model):
     """Base of :class:`MultinomialNB` and :class:`BernoulliNB` (token-count inputs)."""
 
     numeric_input: ClassVar[bool] = False
@@ -107,6 +108,9 @@ class TextModel(Model):
         self._log_prior_cache: np.ndarray | None = None
         self._lookup_cache: tuple[list, np.ndarray, int] | None = None
         self._short_limit = SHORT_MESSAGE_TOKENS
+        # Rows written since mark_changes() (None: not tracked), see streamnb.models._keyed.
+        self._changed_rows: set[int] | None = None
+        self._totals_changed = False
 
     # -- options and introspection ------------------------------------------------------------
     def options(self) -> dict[str, Any]:
@@ -316,6 +320,8 @@ class TextModel(Model):
         self._active = None
         self._log_prior_cache = None
         self._invalidate(column)
+        if self._changed_rows is not None:
+            self._note_rows(rows)
         if not keys:
             return
         values = self._training_values(values)
@@ -388,6 +394,8 @@ class TextModel(Model):
             self._active = None  # the class appeared or disappeared
         self._log_prior_cache = None
         self._invalidate(column)
+        if self._changed_rows is not None:
+            self._note_rows(rows)
         if not x:
             return
         values = list(x.values()) if self._trains_on_counts() else [1] * len(x)
@@ -506,6 +514,10 @@ class TextModel(Model):
             rows = self._rows_creating([other._keys[r] for r in other_rows.tolist()])
             block = other._counts[np.ix_(other_rows, other_columns)]
             self._counts[np.ix_(rows, columns)] += sign * block
+            if self._changed_rows is not None:
+                self._note_rows(rows)
+        if self._changed_rows is not None:
+            self._totals_changed = True
         for mine, theirs in zip(columns, other_columns, strict=True):
             self._n_docs[mine] += sign * other._n_docs[theirs]
             self._totals[mine] += sign * other._totals[theirs]

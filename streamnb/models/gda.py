@@ -39,6 +39,7 @@ from streamnb.models._base import (
     log_normalise,
     state_array,
 )
+from streamnb.models._keyed import KeyedWholeModel
 
 __all__ = ["GDA"]
 
@@ -48,7 +49,7 @@ COVARIANCES = ("pooled", "per_class", "diagonal")
 _PIVOT_TOLERANCE = 1e-12
 
 
-class GDA(Model):
+class GDA(KeyedWholeModel, Model):
     """Gaussian Discriminant Analysis over numeric vectors (any number of classes).
 
     >>> model = GDA()
@@ -203,6 +204,7 @@ class GDA(Model):
         self._sum[column] += sign * delta
         self._outer[column] += sign * np.outer(delta, delta)
         self._fit = None
+        self._note_change()
 
     def _combine(self, other: Model, sign: int) -> GDA:
         self._check_same_kind(other)
@@ -225,6 +227,7 @@ class GDA(Model):
             self._sum[column] += sign * s
             self._outer[column] += sign * outer
         self._fit = None
+        self._note_change()
         return self
 
     # -- scoring ----------------------------------------------------------------------------

@@ -28,14 +28,19 @@ from streamnb.pipeline import Prepared
 
 
 class CountModel:
-    """Multinomial NB with Laplace smoothing over exact integer counts."""
+    """Multinomial NB with Laplace smoothing over exact integer counts, with the keyed
+    statistics of :mod:`streamnb.models._keyed` (keys ``("token", t)`` and ``("totals",)``)."""
 
     numeric_input = False
 
     def __init__(self):
         self.docs: Counter[str] = Counter()
         self.tokens: dict[str, Counter[str]] = defaultdict(Counter)
-        self.n_updates = 0
+        self.changed: set | None = None
+
+    @property
+    def n_updates(self):
+        return sum(self.docs.values())
 
     @property
     def classes(self):
@@ -48,15 +53,20 @@ class CountModel:
     def state_nbytes(self):
         return 8 * sum(len(c) for c in self.tokens.values())
 
+    def _note(self, x):
+        if self.changed is not None:
+            self.changed.update(("token", t) for t in x)
+            self.changed.add(("totals",))
+
     def learn_one(self, x, y):
         self.docs[y] += 1
         self.tokens[y].update(x)
-        self.n_updates += 1
+        self._note(x)
 
     def unlearn_one(self, x, y):
         self.docs[y] -= 1
         self.tokens[y].subtract(x)
-        self.n_updates += 1
+        self._note(x)
 
     def predict_proba_one(self, x):
         classes = self.classes
@@ -79,8 +89,45 @@ class CountModel:
         self.docs.update(other.docs)
         for c, counts in other.tokens.items():
             self.tokens[c].update(counts)
-        self.n_updates += other.n_updates
         return self
+
+    # the keyed statistics
+    def mark_changes(self):
+        self.changed = set()
+
+    def changed_keys(self):
+        return list(self.changed)
+
+    def stat_keys(self):
+        keys = [("token", t) for t in sorted({t for c in self.tokens.values()
+                                              for t, n in c.items() if n})]
+        return keys + ([("totals",)] if any(self.docs.values()) else [])
+
+    def stat_value(self, key):
+        if key == ("totals",):
+            docs = {c: float(n) for c, n in sorted(self.docs.items()) if n}
+            totals = {c: float(sum(t.values())) for c, t in sorted(self.tokens.items())
+                      if sum(t.values())}
+            return {"n_docs": docs, "totals": totals} if docs or totals else None
+        counts = {c: float(t[key[1]]) for c, t in sorted(self.tokens.items()) if t[key[1]]}
+        return counts or None
+
+    def set_stat_values(self, values):
+        for key, value in values.items():
+            if key == ("totals",):
+                self.docs = Counter({c: int(n) for c, n in (value or {}).get("n_docs", {}
+                                                                             ).items()})
+                continue
+            if not (isinstance(key, tuple) and key[0] == "token"):
+                raise ValueError(f"unknown key {key!r}")
+            for counts in self.tokens.values():
+                counts.pop(key[1], None)
+            for c, n in (value or {}).items():
+                if not isinstance(n, int | float):
+                    raise ValueError(f"bad count {n!r}")
+                self.tokens[c][key[1]] = int(n)
+            if self.changed is not None:
+                self.changed.add(key)
 
     def to_state(self):
         return {
@@ -100,7 +147,6 @@ class CountModel:
         model.docs.update(state["docs"])
         for c, counts in state["tokens"].items():
             model.tokens[c].update(counts)
-        model.n_updates = state["n_updates"]
         return model
 
 
@@ -147,11 +193,17 @@ class RecordingMetrics:
 
 
 class FakeKafka:
-    """Topics as partition lists, one consumer (the daemon), rebalances on demand."""
+    """Topics as partition lists, the group's committed offsets, rebalances on demand.
+
+    Records written in a transaction are appended when it commits (a read_committed view):
+    an aborted or unfinished transaction leaves nothing.
+    """
 
     def __init__(self, partitions: dict[str, int]):
         self.topics = {t: [[] for _ in range(n)] for t, n in partitions.items()}
+        self.committed: dict[tuple[str, int], int] = {}
         self.clock = 1_000_000
+        self.epochs: dict[str, int] = {}  # transactional id -> producer epoch
 
     def append(self, topic, value, key=None, partition=None, headers=()):
         parts = self.topics.setdefault(topic, [[]])
@@ -170,88 +222,143 @@ class FakeKafka:
 class FakeIO:
     """The surface of :class:`streamnb.daemon.kafka_io.KafkaIO` over a :class:`FakeKafka`."""
 
-    def __init__(self, kafka: FakeKafka, topics, on_assigned, on_revoked, batch=7,
-                 max_record_bytes=KAFKA_DEFAULT_MAX_MESSAGE_BYTES):
+    def __init__(self, kafka: FakeKafka, settings, on_assigned, on_revoked, batch=7,
+                 transactional_id="fake", max_record_bytes=KAFKA_DEFAULT_MAX_MESSAGE_BYTES):
+        from streamnb.daemon.changelog import changelog_topic
+
         self.kafka = kafka
-        self.max_record_bytes = max_record_bytes  # every output topic's max.message.bytes
-        self.topics = topics
+        self.max_record_bytes = max_record_bytes  # every topic's max.message.bytes
+        self.topics = settings.input_topics
+        self.start_offset = settings.start_offset
         self.on_assigned = on_assigned
         self.on_revoked = on_revoked
         self.batch = batch
+        self.changelogs = {t: changelog_topic(settings.group_id, t) for t in self.topics}
+        for t in self.topics:
+            kafka.topics.setdefault(self.changelogs[t], [[] for _ in kafka.topics[t]])
+        self.transactional_id = transactional_id
+        kafka.epochs[transactional_id] = self.epoch = kafka.epochs.get(transactional_id, 0) + 1
         self.positions: dict[tuple[str, int], int | None] = {}
-        self.committed: dict[tuple[str, int], int] = {}
-        self.outbox: list[tuple] = []  # sent but not yet flushed
+        self.tail: dict[tuple[str, int], int] = {}
+        self.outbox: list[tuple] = []  # sent in the open transaction
+        self.commits = 0
         self.assigned: list[tuple[str, int]] = []
         self.closed = False
-        self.pending_assignment = [(t, p) for t in topics for p in range(len(kafka.topics[t]))]
+        self.subscribed = False
+        self.pending_assignment = [(t, p) for t in self.topics
+                                   for p in range(len(kafka.topics[t]))]
+
+    def subscribe(self):
+        self.subscribed = True
+
+    def input_partitions(self):
+        return [(t, p) for t in self.topics for p in range(len(self.kafka.topics[t]))]
 
     def rebalance(self, new_assignment):
         """Revoke everything and assign ``new_assignment`` at the next poll (eager protocol)."""
         self.pending_assignment = list(new_assignment)
 
     def poll(self, timeout_ms):
+        assert self.subscribed, "polled before joining the group"
         if self.pending_assignment is not None:
             if self.assigned:
                 self.on_revoked(list(self.assigned), False)
             self.assigned = self.pending_assignment
             self.pending_assignment = None
-            self.positions = {tp: None for tp in self.assigned}
             self.on_assigned(list(self.assigned))
-            assert all(p is not None for p in self.positions.values()), "assignment not seeked"
+            self.positions = {}
+            for tp in self.assigned:  # the consumer resumes at the committed offsets
+                start = 0 if self.start_offset == "earliest" else len(self.part(tp))
+                self.positions[tp] = self.kafka.committed.get(tp, start)
         out = []
         for tp in self.assigned:
-            part = self.kafka.topics[tp[0]][tp[1]]
+            part = self.part(tp)
             pos = self.positions[tp]
             take = part[pos : pos + self.batch]
             self.positions[tp] = pos + len(take)
             out.extend(take)
         return out
 
+    def part(self, tp):
+        return self.kafka.topics[tp[0]][tp[1]]
+
     def seek(self, tp, offset):
         self.positions[tp] = offset
 
-    def seek_to_beginning(self, tp):
-        self.positions[tp] = 0
-
-    def seek_to_end(self, tp):
-        self.positions[tp] = len(self.kafka.topics[tp[0]][tp[1]])
-
     def highwater(self, tp):
-        return len(self.kafka.topics[tp[0]][tp[1]])
+        return len(self.part(tp))
 
-    def commit(self, offsets, wait=True):
-        self.committed.update(offsets)
-        return True
+    def committed(self, tp):
+        return self.kafka.committed.get(tp)
 
     def room(self, topic, key, headers=None):
         return self.max_record_bytes - record_size(key, b"", headers) - 5
 
-    def send(self, topic, key, value, headers=None):
+    def send(self, topic, key, value, headers=None, partition=None):
         size = record_size(key, value, headers)
         assert size <= self.max_record_bytes, f"a {size}-byte record would poison the producer"
-        self.outbox.append((topic, key, value, tuple(headers or ())))
+        self.outbox.append((topic, key, value, tuple(headers or ()), partition))
 
-    def flush(self, timeout=30.0):
-        for topic, key, value, headers in self.outbox:
-            self.kafka.append(topic, value, key=key, partition=0, headers=headers)
+    def commit(self, offsets):
+        from streamnb.daemon.errors import FencedError
+
+        if self.kafka.epochs[self.transactional_id] != self.epoch:
+            self.outbox.clear()
+            raise FencedError(f"a newer producer has transactional id {self.transactional_id}")
+        for topic, key, value, headers, partition in self.outbox:
+            self.kafka.append(topic, value, key=key,
+                              partition=0 if partition is None else partition, headers=headers)
         self.outbox.clear()
+        self.kafka.committed.update(offsets)
+        self.commits += 1
+
+    def abort(self):
+        self.outbox.clear()
+
+    def changelog_of(self, tp):
+        return (self.changelogs[tp[0]], tp[1])
+
+    def tail_assign(self, tps):
+        for tp, offset in tps.items():
+            self.tail[tp] = 0 if offset is None else offset
+
+    def tail_unassign(self, tps):
+        for tp in tps:
+            self.tail.pop(tp, None)
+
+    def tail_assignment(self):
+        return sorted(self.tail)
+
+    def tail_poll(self, timeout_ms):
+        out = []
+        for tp, pos in self.tail.items():
+            take = self.part(tp)[pos : pos + self.batch]
+            self.tail[tp] = pos + len(take)
+            out.extend(take)
+        return out
+
+    def tail_positions(self, tps):
+        return {tp: self.tail[tp] for tp in tps}
+
+    def tail_ends(self, tps):
+        return {tp: len(self.part(tp)) for tp in tps}
+
+    def tail_lag(self):
+        return sum(len(self.part(tp)) - pos for tp, pos in self.tail.items())
 
     def close(self, timeout=5.0):
         self.closed = True
 
     def caught_up(self):
-        return all(
-            self.positions.get(tp) == len(self.kafka.topics[tp[0]][tp[1]]) for tp in self.assigned
-        )
+        return all(self.positions.get(tp) == len(self.part(tp)) for tp in self.assigned)
 
 
-def settings_for(tmp_path, **overrides) -> Settings:
+def settings_for(tmp_path=None, **overrides) -> Settings:
     kafka = KafkaSettings(input_topics=("in",), output_topic="out", dead_letter_topic="dlq")
     base = Settings(
         kafka=kafka,
         model=ModelSettings(kind="count", labels=("ham", "spam")),
-        checkpoint=CheckpointSettings(path=tmp_path / "ckpt.json", every_messages=10,
-                                      every_seconds=3600.0),
+        checkpoint=CheckpointSettings(every_messages=10, every_seconds=3600.0),
         feedback=FeedbackSettings(max_ids=1000),
         metrics=MetricsSettings(port=0),
         # build_daemon over these settings prepares in-process unless a test asks otherwise
@@ -260,19 +367,19 @@ def settings_for(tmp_path, **overrides) -> Settings:
     return replace(base, **overrides)
 
 
-def make_daemon(settings, kafka: FakeKafka, metrics=None, batch=7,
-                max_record_bytes=KAFKA_DEFAULT_MAX_MESSAGE_BYTES) -> Daemon:
+def make_daemon(settings, kafka: FakeKafka, metrics=None, batch=7, transactional_id="fake",
+                max_record_bytes=KAFKA_DEFAULT_MAX_MESSAGE_BYTES, **kwargs) -> Daemon:
     def io_factory(on_assigned, on_revoked):
-        return FakeIO(kafka, settings.kafka.input_topics, on_assigned, on_revoked, batch=batch,
-                      max_record_bytes=max_record_bytes)
+        return FakeIO(kafka, settings.kafka, on_assigned, on_revoked, batch=batch,
+                      transactional_id=transactional_id, max_record_bytes=max_record_bytes)
 
     return Daemon(
         settings,
         WordPipeline(),
         new_model=CountModel,
-        load_model=CountModel.from_state,
         metrics=metrics or RecordingMetrics(),
         io_factory=io_factory,
+        **kwargs,
     )
 
 
@@ -282,6 +389,8 @@ def drain(daemon: Daemon, max_polls=10_000, checkpoint_every_poll=False):
         records = daemon.io.poll(0)
         if records:
             daemon.process(records)
+        daemon.report_assignments()
+        daemon.follow_changelog()
         if daemon.checkpoint_due() or (checkpoint_every_poll and daemon.pending):
             daemon.checkpoint("interval")
         if daemon.io.caught_up() and not records:
@@ -290,10 +399,25 @@ def drain(daemon: Daemon, max_polls=10_000, checkpoint_every_poll=False):
 
 
 def total_state(daemon: Daemon):
-    """The sum of every slice (assigned and parked), as a comparable state."""
+    """The sum of every slice (owned and remote), as a comparable state."""
     total = CountModel()
-    for model in [*daemon.slices.values(), *daemon.parked.values()]:
-        total += model
+    for part in daemon.parts.slices.values():
+        total += part.model
+    state = total.to_state()
+    state.pop("n_updates")
+    return state
+
+
+def changelog_state(kafka: FakeKafka, topic="in", group="streamnb"):
+    """The sum of the slices the changelog alone holds (as a new daemon would read them)."""
+    from streamnb.daemon.changelog import apply_records, changelog_topic
+    from streamnb.daemon.feedback import FeedbackStore
+
+    total = CountModel()
+    for p, records in enumerate(kafka.topics[changelog_topic(group, topic)]):
+        part = CountModel()
+        apply_records(part, FeedbackStore(), f"{topic}:{p}", [(r.key, r.value) for r in records])
+        total += part
     state = total.to_state()
     state.pop("n_updates")
     return state

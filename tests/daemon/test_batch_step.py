@@ -74,7 +74,7 @@ def run_daemon(tmp_path, values, batch: int, runs: bool):
     metrics = RecordingMetrics()
 
     def io_factory(on_assigned, on_revoked):
-        return FakeIO(kafka, settings.kafka.input_topics, on_assigned, on_revoked, batch=batch)
+        return FakeIO(kafka, settings.kafka, on_assigned, on_revoked, batch=batch)
 
     daemon = build_daemon(settings, metrics=metrics, io_factory=io_factory)
     daemon.pipeline = RejectingPipeline(daemon.pipeline)
@@ -124,7 +124,8 @@ def test_runs_of_new_messages_change_nothing_observable(tmp_path, batch):
     assert {b"bad_json", b"bad_body", b"unknown_label", b"model_rejected"} <= reasons
 
     assert daemon.live.to_state() == ref.live.to_state()
-    assert orjson.dumps(daemon.store.to_state()) == orjson.dumps(ref.store.to_state())
+    assert orjson.dumps(daemon._store("in:0").to_state()) == orjson.dumps(
+        ref._store("in:0").to_state())
     assert daemon.offsets == ref.offsets == {"in:0": len(kafka.all("in"))}
 
     observed = metrics.names("observe_labelled")

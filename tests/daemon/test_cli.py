@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -35,8 +37,7 @@ def test_a_bad_environment_override_is_named_too(tmp_path):
 
 def test_an_unknown_model_option_is_refused_before_connecting(tmp_path):
     config = tmp_path / "config.toml"
-    config.write_text('[model]\nkind = "multinomial"\n[model.options]\nalpah = 1.0\n'
-                      f'[checkpoint]\npath = "{tmp_path / "c.json"}"\n')
+    config.write_text('[model]\nkind = "multinomial"\n[model.options]\nalpah = 1.0\n')
     result = run("--config", str(config))
     assert result.returncode == 2
     assert "alpah" in result.stderr
@@ -48,11 +49,13 @@ def test_a_missing_config_file_is_reported():
     assert "cannot read /nonexistent/streamnb.toml" in result.stderr
 
 
-def test_a_stalled_poll_ends_the_process_with_code_3():
+@pytest.mark.parametrize("guard", ["watchdog", "watchdog.guard('commit_transaction')"])
+def test_a_stalled_kafka_call_ends_the_process_with_code_3(guard):
     script = (
         "import time\n"
-        "from streamnb.daemon import PollWatchdog\n"
-        "with PollWatchdog(0.5):\n"
+        "from streamnb.daemon import Watchdog\n"
+        "watchdog = Watchdog(0.5)\n"
+        f"with {guard}:\n"
         "    time.sleep(30)\n"
     )
     started = time.monotonic()

@@ -1,8 +1,7 @@
-"""Settings, checkpoint files and the feedback store: what an operator and a restart rely on."""
+"""Settings and the feedback store: what an operator and a restart rely on."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import orjson
@@ -11,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamnb.config import ConfigError, load_settings
-from streamnb.daemon.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from streamnb.daemon.feedback import FeedbackStore, decide
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,7 +20,8 @@ def test_the_documented_example_config_loads(tmp_path):
     assert settings.kafka.input_topics == ("streamnb-input",)
     assert settings.model.kind == "multinomial"
     assert settings.model.labels == ("ham", "spam")
-    assert settings.checkpoint.path == REPO / "var/streamnb/checkpoint.json"
+    assert settings.checkpoint.every_seconds == 1.0
+    assert settings.kafka.transactional_id == ""
 
 
 @pytest.mark.parametrize(
@@ -40,8 +39,12 @@ def test_the_documented_example_config_loads(tmp_path):
         ("[logging]\nformat = 'xml'\n", "logging.format must be one of 'plain', 'json'"),
         ("[kafka]\noutput_topic = 'streamnb-input'\n", "must be different topics"),
         ("[model]\nlabels = ['a', 'a']\n", "model.labels must be a list without duplicates"),
-        ("[kafka]\nproducer_process = 'yes'\n",
-         "kafka.producer_process must be true or false, got 'yes'"),
+        ("[kafka]\nproducer_process = true\n", "unknown key kafka.producer_process"),
+        ("[checkpoint]\npath = 'var/ckpt.json'\n", "unknown key checkpoint.path"),
+        ("[kafka]\nchangelog_replication_factor = 0\n",
+         "kafka.changelog_replication_factor must be -1 (the broker's default) or a positive"),
+        ("[kafka]\ntransaction_timeout_ms = 'long'\n",
+         "kafka.transaction_timeout_ms must be a positive integer"),
         ("[pipeline]\nprepare_process = 1\n",
          "pipeline.prepare_process must be true or false, got 1"),
         ("[pipeline]\nprocess = true\n", "unknown key pipeline.process"),
@@ -79,45 +82,6 @@ def test_the_prepare_process_is_off_by_default_and_the_environment_turns_it_on()
     assert load_settings(text="", environ=env).pipeline.prepare_process is True
     with pytest.raises(ConfigError, match="pipeline.prepare_process must be true or false"):
         load_settings(text="", environ={"STREAMNB_PIPELINE__PREPARE_PROCESS": "off"})
-
-
-def test_checkpoint_write_is_atomic_and_leaves_no_temporary_file(tmp_path):
-    path = tmp_path / "sub" / "ckpt.json"
-    write_checkpoint(path, {"n": 1})
-    write_checkpoint(path, {"n": 2})
-    assert read_checkpoint(path) == {"n": 2}
-    assert sorted(p.name for p in path.parent.iterdir()) == ["ckpt.json"]
-
-
-def test_a_damaged_or_foreign_checkpoint_is_refused(tmp_path):
-    path = tmp_path / "ckpt.json"
-    write_checkpoint(path, {"slices": {"in:0": {"next_offset": 12345}}})
-    blob = path.read_bytes()
-    path.write_bytes(blob.replace(b"12345", b"12346"))
-    with pytest.raises(CheckpointError, match="damaged"):
-        read_checkpoint(path)
-    path.write_bytes(blob[: len(blob) // 2])
-    with pytest.raises(CheckpointError, match="damaged"):
-        read_checkpoint(path)
-    path.write_bytes(blob.replace(b'"version":1', b'"version":99'))
-    with pytest.raises(CheckpointError, match="version 99"):
-        read_checkpoint(path)
-    path.write_bytes(b'{"hello": 1}\n')
-    with pytest.raises(CheckpointError, match="not a streamnb checkpoint"):
-        read_checkpoint(path)
-
-
-def test_a_crash_while_writing_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    path = tmp_path / "ckpt.json"
-    write_checkpoint(path, {"n": 1})
-
-    def crash(*args):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError):
-        write_checkpoint(path, {"n": 2})
-    assert read_checkpoint(path) == {"n": 1}
 
 
 @given(

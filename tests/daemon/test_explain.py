@@ -22,7 +22,7 @@ def run(tmp_path, values, explain: int, kind: str = "multinomial", batch: int = 
                             output=OutputSettings(explain=explain))
 
     def io_factory(on_assigned, on_revoked):
-        return FakeIO(kafka, settings.kafka.input_topics, on_assigned, on_revoked, batch=batch)
+        return FakeIO(kafka, settings.kafka, on_assigned, on_revoked, batch=batch)
 
     daemon = build_daemon(settings, metrics=RecordingMetrics(), io_factory=io_factory)
     daemon.pipeline = RejectingPipeline(daemon.pipeline)
@@ -73,7 +73,7 @@ def test_a_model_without_explanations_fails_at_start(tmp_path):
         kind="multinomial", options={"combining": "robinson"}))
     with pytest.raises(ValueError, match="^output.explain: combining = 'robinson'"):
         build_daemon(robinson, metrics=RecordingMetrics(),
-                     io_factory=lambda *_: FakeIO(FakeKafka({"in": 1}), ("in",), *_))
+                     io_factory=lambda *_: FakeIO(FakeKafka({"in": 1}), settings.kafka, *_))
 
 
 def test_the_option_is_checked_and_off_by_default():

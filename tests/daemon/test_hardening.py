@@ -115,7 +115,7 @@ def test_a_labelled_message_sent_again_is_scored_and_counted_once(tmp_path):
     assert sum(n for (n,) in metrics.names("duplicate_message")) == 3
     assert sum(n for _, n in metrics.names("consumed") if _ == "labelled") == 5
     # The correction is applied as feedback: b is learned as spam, once.
-    assert daemon.store.get("b").label == "spam"
+    assert daemon.parts.slices["in:0"].store.get("b").label == "spam"
     assert daemon.live.docs == {"spam": 2, "ham": 0}
 
 

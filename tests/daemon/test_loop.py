@@ -1,20 +1,25 @@
 """The daemon's loop against in-memory Kafka: prequential order, feedback, dead letters,
-checkpoints, crashes and rebalances. The real-broker versions live in tests/integration."""
+commits, crashes, rebalances and several daemons. The real-broker versions live in
+tests/integration."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamnb.daemon.checkpoint import read_checkpoint
+from streamnb.daemon.changelog import ChangelogError
+from streamnb.daemon.errors import FencedError
+from streamnb.daemon.loop import CHANGELOG_EXIT_CODE, FENCED_EXIT_CODE
 from tests.daemon.fakes import (
     CountModel,
     FakeKafka,
     RecordingMetrics,
+    changelog_state,
     drain,
     make_daemon,
     settings_for,
@@ -205,12 +210,11 @@ def _stream(seed, n=150, partitions=3):
     crash_polls=st.lists(st.integers(1, 40), min_size=1, max_size=3),
     batch=st.integers(1, 20),
 )
-def test_crash_at_any_moment_then_resume_counts_every_label_exactly_once(
+def test_crash_at_any_moment_then_resume_counts_every_label_once_and_predicts_once(
     tmp_path_factory, seed, crash_polls, batch
 ):
-    tmp_path = tmp_path_factory.mktemp("crash")
     kafka, texts, final = _stream(seed)
-    config = settings_for(tmp_path)
+    config = settings_for()
     rng = random.Random(seed)
     for polls in crash_polls:
         daemon = make_daemon(config, kafka, batch=batch)
@@ -220,36 +224,117 @@ def test_crash_at_any_moment_then_resume_counts_every_label_exactly_once(
                 daemon.process(records)
             if rng.random() < 0.3 and daemon.pending:
                 daemon.checkpoint("interval")
-        # kill -9: unflushed outputs and everything since the last checkpoint are gone
-        daemon.io.outbox.clear()
+        # kill -9: the open transaction (outputs and state since the last commit) is lost
     daemon = make_daemon(config, kafka, batch=batch)
     drain(daemon)
     daemon.checkpoint("shutdown")
     assert total_state(daemon) == offline(final, texts)
-    # and the file alone holds the same model
-    body = read_checkpoint(config.checkpoint.path)
-    total = CountModel()
-    for part in body["slices"].values():
-        total += CountModel.from_state(part["model"])
-    state = total.to_state()
-    state.pop("n_updates")
-    assert state == offline(final, texts)
-    # every unlabelled id got at least one prediction (at least once after crashes)
-    predicted = {key for key, _ in outputs(kafka)}
-    assert predicted >= {m for m in texts if m not in final} - set(final)
+    # and the changelog alone holds the same model
+    assert changelog_state(kafka) == offline(final, texts)
+    # a read_committed reader sees every unlabelled message's prediction exactly once
+    unlabelled = [orjson.loads(r.value)["id"] for r in kafka.all("in")
+                  if "label" not in orjson.loads(r.value)]
+    assert Counter(key for key, _ in outputs(kafka)) == Counter(unlabelled)
 
 
-def test_revoked_partition_leaves_the_live_model_and_comes_back_on_reassignment(tmp_path):
+def follow(daemon):
+    """Apply the remote slices' changelog records until none is left to read."""
+    for _ in range(1000):
+        daemon.follow_changelog()
+        if daemon.io.tail_lag() == 0:
+            return
+    raise AssertionError("the changelog reader never caught up")
+
+
+def test_a_partition_moves_to_another_daemon_without_replay_and_both_predict_alike(tmp_path):
+    kafka, texts, final = _stream(7, n=120, partitions=3)
+    first = make_daemon(settings_for(), kafka, transactional_id="a")
+    for _ in range(5):
+        first.process(first.io.poll(0))
+    first.checkpoint("interval")
+    read_before = {tp: first.io.positions[tp] for tp in first.io.assigned}
+    # a second daemon joins: the group gives it in:1 and in:2 (eager: revoke, then assign)
+    second = make_daemon(settings_for(), kafka, transactional_id="b")
+    second.io.pending_assignment = []
+    second.io.poll(0)
+    first.io.rebalance([("in", 0)])
+    first.process(first.io.poll(0))  # revokes (and commits), keeps in:0
+    second.io.rebalance([("in", 1), ("in", 2)])
+    # the moved partitions resume where the first daemon's commit left them
+    second.process(second.io.poll(0))
+    for tp in [("in", 1), ("in", 2)]:
+        assert kafka.committed[tp] == read_before[tp] > 0
+        assert second.io.positions[tp] == read_before[tp] + 7  # one batch further
+    for daemon in (first, second):
+        drain(daemon)
+        daemon.checkpoint("interval")
+    for daemon in (first, second):
+        follow(daemon)
+        assert total_state(daemon) == offline(final, texts)
+        assert daemon.live.to_state()["docs"] == offline(final, texts)["docs"]
+    unlabelled = [orjson.loads(r.value)["id"] for r in kafka.all("in")
+                  if "label" not in orjson.loads(r.value)]
+    assert Counter(key for key, _ in outputs(kafka)) == Counter(unlabelled)
+
+
+def test_a_zombie_with_the_same_transactional_id_is_fenced_and_writes_nothing(tmp_path):
+    kafka, _, _ = _stream(2, n=40, partitions=1)
+    zombie = make_daemon(settings_for(), kafka, transactional_id="same")
+    zombie.process(zombie.io.poll(0))
+    make_daemon(settings_for(), kafka, transactional_id="same")  # its replacement
+    with pytest.raises(FencedError):
+        zombie.checkpoint("interval")
+    # and a zombie's loop ends with the fenced exit code at its first commit
+    loop = make_daemon(settings_for(), kafka, transactional_id="again")
+    make_daemon(settings_for(), kafka, transactional_id="again")
+    assert loop.run() == FENCED_EXIT_CODE
+    assert kafka.all("out") == [] and kafka.committed == {}
+    assert all(not part for part in kafka.topics["streamnb-in-changelog"])
+
+
+def test_an_undecodable_changelog_record_stops_the_daemon_naming_it(tmp_path):
+    kafka, _, _ = _stream(3, n=20, partitions=2)
+    daemon = make_daemon(settings_for(), kafka)
+    drain(daemon)
+    daemon.checkpoint("interval")
+    kafka.append("streamnb-in-changelog", b"garbage", key=b"[1,\"token\",\"x\"]", partition=1)
+    with pytest.raises(ChangelogError, match=r"changelog streamnb-in-changelog:1 offsets \d+"):
+        make_daemon(settings_for(), kafka)
+
+
+def test_the_global_model_holds_every_partitions_labels_on_every_daemon(tmp_path):
+    kafka, texts, final = _stream(11, n=90, partitions=2)
+    metrics = RecordingMetrics()
+    a = make_daemon(settings_for(), kafka, transactional_id="a", metrics=metrics)
+    a.io.pending_assignment = [("in", 0)]
+    b = make_daemon(settings_for(), kafka, transactional_id="b")
+    b.io.pending_assignment = [("in", 1)]
+    for daemon in (a, b):
+        drain(daemon)
+        daemon.checkpoint("interval")
+    follow(a)
+    follow(b)
+    assert a.live.to_state() == b.live.to_state()
+    assert total_state(a) == total_state(b) == offline(final, texts)
+    staleness = metrics.names("set_global_model_staleness")
+    assert staleness and staleness[-1][1] == 0  # caught up: no changelog record left to read
+    kafka.append("in", message("late", "win cash", "spam"), partition=1)
+    drain(b)
+    b.checkpoint("interval")
+    follow(a)
+    assert a.live.to_state() == b.live.to_state()
+
+
+def test_revoked_partition_stays_in_the_global_model_and_comes_back_on_reassignment(tmp_path):
     kafka, texts, final = _stream(1, n=60, partitions=2)
-    config = settings_for(tmp_path)
-    daemon = make_daemon(config, kafka)
+    daemon = make_daemon(settings_for(), kafka)
     drain(daemon)
     both = daemon.live.to_state()
     daemon.io.rebalance([("in", 0)])
     daemon.io.poll(0)
     assert set(daemon.slices) == {"in:0"} and set(daemon.parked) == {"in:1"}
-    assert daemon.live is daemon.slices["in:0"]
-    assert read_checkpoint(config.checkpoint.path)["slices"].keys() == {"in:0", "in:1"}
+    assert daemon.live.to_state() == both  # in:1 is now a remote slice, still predicting
+    assert changelog_state(kafka) == offline(final, texts)
     daemon.io.rebalance([("in", 0), ("in", 1)])
     daemon.io.poll(0)
     assert daemon.live.to_state()["docs"] == both["docs"]
@@ -258,7 +343,7 @@ def test_revoked_partition_leaves_the_live_model_and_comes_back_on_reassignment(
 
 def test_restart_after_clean_shutdown_relearns_nothing(tmp_path):
     kafka, texts, final = _stream(2, n=80)
-    config = settings_for(tmp_path)
+    config = settings_for()
     daemon = make_daemon(config, kafka)
     drain(daemon)
     daemon.checkpoint("shutdown")
@@ -268,25 +353,9 @@ def test_restart_after_clean_shutdown_relearns_nothing(tmp_path):
     metrics = RecordingMetrics()
     again = make_daemon(config, kafka, metrics)
     drain(again)
-    assert metrics.names("learned") == [] and metrics.loaded is not None
+    assert metrics.names("learned") == []
     assert total_state(again) == before == offline(final, texts)
     assert len(kafka.all("out")) == n_out
-
-
-def test_checkpoint_of_another_model_kind_is_refused(tmp_path):
-    from dataclasses import replace
-
-    from streamnb.config import ModelSettings
-    from streamnb.daemon.checkpoint import CheckpointError
-
-    kafka, _, _ = _stream(3, n=10)
-    config = settings_for(tmp_path)
-    daemon = make_daemon(config, kafka)
-    drain(daemon)
-    daemon.checkpoint("shutdown")
-    other = replace(config, model=ModelSettings(kind="gda"))
-    with pytest.raises(CheckpointError, match="holds a 'count' model"):
-        make_daemon(other, kafka)
 
 
 def test_a_rebalance_that_never_completes_ends_the_loop_with_code_3(tmp_path):
@@ -295,7 +364,7 @@ def test_a_rebalance_that_never_completes_ends_the_loop_with_code_3(tmp_path):
     from streamnb.config import KafkaSettings
 
     kafka, _, _ = _stream(5, n=20)
-    base = settings_for(tmp_path)
+    base = settings_for()
     config = replace(
         base, kafka=replace(base.kafka, stall_seconds=0.2, poll_timeout_ms=10)
     )
@@ -307,8 +376,17 @@ def test_a_rebalance_that_never_completes_ends_the_loop_with_code_3(tmp_path):
     daemon.io.assigned = []
     assert daemon.run() == 3
     assert daemon.io.closed
-    # what was read before the revocation was checkpointed on revocation
-    assert read_checkpoint(config.checkpoint.path)["slices"]["in:0"]["next_offset"] > 0
+    # what was read before the revocation was committed on revocation
+    assert kafka.committed[("in", 0)] > 0
+
+
+def test_lost_partitions_end_the_loop_for_a_restart_without_committing(tmp_path):
+    kafka, _, _ = _stream(5, n=30, partitions=1)
+    daemon = make_daemon(settings_for(), kafka)
+    daemon.process(daemon.io.poll(0))
+    daemon.io.on_revoked(list(daemon.io.assigned), True)
+    assert daemon.run() == 3
+    assert kafka.committed == {} and kafka.all("out") == []
 
 
 def test_lag_is_reported_for_every_assigned_partition_even_without_new_records(tmp_path):
@@ -316,13 +394,30 @@ def test_lag_is_reported_for_every_assigned_partition_even_without_new_records(t
     # needs its series, so lag is reported for the assignment, not for the batch.
     kafka, _, _ = _stream(3, n=40, partitions=2)
     metrics = RecordingMetrics()
-    daemon = make_daemon(settings_for(tmp_path), kafka, metrics=metrics)
+    daemon = make_daemon(settings_for(), kafka, metrics=metrics)
     drain(daemon)
+    daemon.checkpoint("interval")
     daemon.io.rebalance([("in", 0), ("in", 1)])
     assert daemon.io.poll(0) == []
+    drain(daemon)
     metrics.calls.clear()
     daemon.report_lag()
     assert sorted(metrics.names("set_lag")) == [("in", 0, 0), ("in", 1, 0)]
     kafka.append("in", message("late", "win cash", "spam"), partition=1)
     daemon.report_lag()
     assert ("in", 1, 1) in metrics.names("set_lag")
+
+
+def test_an_undecodable_record_read_while_running_ends_the_loop_with_code_5(tmp_path):
+    from dataclasses import replace
+
+    kafka, _, _ = _stream(4, n=30, partitions=2)
+    base = settings_for()
+    config = replace(base, kafka=replace(base.kafka, poll_timeout_ms=10))
+    daemon = make_daemon(config, kafka)
+    daemon.io.pending_assignment = [("in", 0)]
+    drain(daemon)
+    kafka.append("streamnb-in-changelog", b"\xff", key=b'[1,"token","x"]', partition=1)
+    daemon.io.rebalance([("in", 0), ("in", 1)])  # in:1's catch-up meets the record
+    assert daemon.run() == CHANGELOG_EXIT_CODE
+    assert daemon.io.closed

@@ -13,13 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamnb.daemon import Daemon
-from streamnb.daemon.checkpoint import read_checkpoint
 from streamnb.daemon.prepare import InProcessPreparer, ProcessPreparer
 from tests.daemon.fakes import (
     CountModel,
     FakeIO,
     RecordingMetrics,
     WordPipeline,
+    changelog_state,
     drain,
     make_daemon,
     settings_for,
@@ -43,21 +43,22 @@ def stream_with_poison(seed: int, partitions: int):
 
 def pipelined_daemon(config, kafka, batch=7, child=False, metrics=None) -> Daemon:
     def io_factory(on_assigned, on_revoked):
-        return FakeIO(kafka, config.kafka.input_topics, on_assigned, on_revoked, batch=batch)
+        return FakeIO(kafka, config.kafka, on_assigned, on_revoked, batch=batch)
 
     max_bytes = config.limits.max_value_bytes
     preparer = (ProcessPreparer(WordPipeline, (), max_bytes) if child
                 else InProcessPreparer(WordPipeline(), max_bytes))
     return Daemon(config, WordPipeline(), new_model=CountModel,
-                  load_model=CountModel.from_state, metrics=metrics or RecordingMetrics(),
+                  metrics=metrics or RecordingMetrics(),
                   io_factory=io_factory, preparer=preparer, pipelined=True)
 
 
 def step_until_caught_up(daemon: Daemon, rebalance_at=(), max_steps=10_000) -> None:
-    """The body of Daemon.run over the fake: step, checkpoint when due; the fake's group
+    """The body of Daemon.run over the fake: step, commit when due; the fake's group
     rebalances (same assignment) at the steps in ``rebalance_at``, right after the step."""
     for step in range(max_steps):
         daemon.step(0)
+        daemon.report_assignments()
         if daemon.checkpoint_due():
             daemon.checkpoint("interval")
         if step in rebalance_at:
@@ -81,13 +82,13 @@ def observable(kafka, daemon, metrics, config):
             tallies[(name, *what)] += n
     predictions = [(r.key, {k: v for k, v in orjson.loads(r.value).items()
                             if k != "latency_seconds"}) for r in kafka.all("out")]
-    body = read_checkpoint(config.checkpoint.path)
     return {
         "model": total_state(daemon),
-        "slices": {key: (part["next_offset"], part["model"])
-                   for key, part in body["slices"].items()},
+        "changelog": changelog_state(kafka),
+        "committed": dict(kafka.committed),
         "offsets": dict(daemon.offsets),
-        "store": orjson.dumps(daemon.store.to_state()),
+        "stores": {key: orjson.dumps(part.store.to_state())
+                   for key, part in sorted(daemon.parts.slices.items())},
         "predictions": predictions,
         "dead letters": [(r.key, r.value, r.headers) for r in kafka.all("dlq")],
         "observed": [call for call in metrics.calls if call[0] in OBSERVED],
@@ -156,10 +157,10 @@ def test_a_rebalance_between_the_poll_of_a_batch_and_its_processing_drops_it(tmp
     before = dict(daemon.offsets)
     daemon.io.rebalance(list(daemon.io.assigned))
     assert daemon.step(0) == 0  # the poll ran the rebalance: the batch in flight is dropped
+    daemon.report_assignments()  # the partitions resume at their committed offsets
     assert daemon.offsets == before
-    # the revocation checkpoint covers exactly the processed records
-    saved = read_checkpoint(config.checkpoint.path)["slices"]
-    assert {key: part["next_offset"] for key, part in saved.items()} == before
+    # the revocation commit covers exactly the processed records
+    assert {f"{t}:{p}": offset for (t, p), offset in kafka.committed.items()} == before
     step_until_caught_up(daemon)
     daemon.checkpoint("test")
     assert observable(kafka, daemon, metrics, config) == expected
@@ -212,8 +213,7 @@ def test_a_stop_with_a_batch_in_flight_processes_it_then_checkpoints(tmp_path, c
     assert daemon.run() == 0
     assert daemon.io.closed and not daemon.in_flight
     assert daemon.offsets == {"in:0": 5 * 7}  # every polled record was processed
-    saved = read_checkpoint(config.checkpoint.path)
-    assert saved["why"] == "shutdown" and saved["slices"]["in:0"]["next_offset"] == 35
+    assert kafka.committed == {("in", 0): 35}  # committed by the shutdown
 
     again = pipelined_daemon(config, kafka, metrics=metrics)
     step_until_caught_up(again)
@@ -236,9 +236,9 @@ def test_a_dead_preparer_fails_the_loop_without_a_checkpoint(tmp_path):
     with pytest.raises(PreparerError, match="prepare process"):
         daemon.run()
     assert daemon.failed and daemon.io.closed
-    # Results the child sent before it died may have been processed and checkpointed;
-    # nothing is saved from the failure on.
-    body = read_checkpoint(config.checkpoint.path)
-    assert body is None or body["why"] == "interval"
-    with pytest.raises(RuntimeError, match="refusing to checkpoint"):
+    # Results the child sent before it died may have been processed and committed;
+    # nothing is committed from the failure on.
+    committed = dict(kafka.committed)
+    with pytest.raises(RuntimeError, match="refusing to commit"):
         daemon.checkpoint("after the failure")
+    assert kafka.committed == committed

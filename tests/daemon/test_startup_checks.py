@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -22,7 +20,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def config_file(tmp_path: Path, checkpoint: Path | str, *, metrics_port: int = 0,
+def config_file(tmp_path: Path, *, metrics_port: int = 0,
                 bootstrap: str | None = None, extra: str = "") -> Path:
     path = tmp_path / "config.toml"
     path.write_text(
@@ -32,8 +30,6 @@ bootstrap_servers = "{bootstrap or f'127.0.0.1:{free_port()}'}"
 startup_timeout_seconds = 2.0
 [model]
 kind = "multinomial"
-[checkpoint]
-path = "{checkpoint}"
 [metrics]
 port = {metrics_port}
 {extra}
@@ -65,11 +61,10 @@ def assert_refused(result: subprocess.CompletedProcess, elapsed: float, key: str
 
 
 def test_an_unreachable_bootstrap_server_fails_within_the_startup_timeout(tmp_path):
-    result, elapsed = run_cli(config_file(tmp_path, tmp_path / "c.json"))
+    result, elapsed = run_cli(config_file(tmp_path))
     line = assert_refused(result, elapsed, "kafka.bootstrap_servers")
     assert "kafka.startup_timeout_seconds" in line and "within 2 s" in line
     assert elapsed >= 2.0  # it did wait the configured time
-    assert not (tmp_path / "c.json").exists()
 
 
 def test_a_metrics_port_in_use_is_named(tmp_path):
@@ -77,25 +72,6 @@ def test_a_metrics_port_in_use_is_named(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result, elapsed = run_cli(config_file(tmp_path, tmp_path / "c.json", metrics_port=port))
+        result, elapsed = run_cli(config_file(tmp_path, metrics_port=port))
     line = assert_refused(result, elapsed, "metrics.port")
     assert f"127.0.0.1:{port}" in line
-
-
-@pytest.mark.parametrize("where", ["under-a-file", "proc", "read-only"])
-def test_a_checkpoint_location_that_cannot_be_written_is_named(tmp_path, where):
-    if where == "under-a-file":
-        (tmp_path / "plain-file").write_text("not a directory")
-        checkpoint = tmp_path / "plain-file" / "state" / "c.json"
-    elif where == "proc":
-        checkpoint = Path("/proc/streamnb-test/c.json")
-    else:
-        if os.geteuid() == 0:
-            pytest.skip("root writes into a read-only directory (the probe file says so)")
-        locked = tmp_path / "locked"
-        locked.mkdir()
-        locked.chmod(0o555)
-        checkpoint = locked / "c.json"
-    result, elapsed = run_cli(config_file(tmp_path, checkpoint))
-    line = assert_refused(result, elapsed, "checkpoint.path")
-    assert str(checkpoint.parent) in line

@@ -5,16 +5,12 @@ from __future__ import annotations
 import json
 import math
 
-import orjson
 import pytest
 
 from streamnb.cli import main as cli_main
-from streamnb.config import ModelSettings
-from streamnb.daemon import build_daemon
 from streamnb.explain import write_model_file
 from streamnb.features import Featurizer, FeaturizerOptions
 from streamnb.models import make_model, model_from_state
-from tests.daemon.fakes import FakeIO, FakeKafka, RecordingMetrics, drain, settings_for
 
 SPAM_MAIL = (b"From: Prize Desk <win@prizes.example>\nSubject: You are a WINNER\n\n"
              b"Claim your free cash prize now! Call 0800 123 or visit http://prizes.example/\n")
@@ -60,31 +56,6 @@ def test_a_saved_model_explains_a_message_exactly(data_dir, tmp_path, capsys, mo
     assert f"{why['tokens'][0][1]:+10.4f}  {why['tokens'][0][0]}" in out
 
 
-def test_a_daemon_checkpoint_explains_as_the_daemon_does(tmp_path, capsys, monkeypatch):
-    kafka = FakeKafka({"in": 2})
-    words = {"spam": "win cash prize claim free now", "ham": "lunch at noon see you later"}
-    for i in range(40):
-        label = "spam" if i % 3 else "ham"
-        kafka.append("in", orjson.dumps({"id": f"m{i}", "text": words[label], "label": label}),
-                     partition=i % 2)
-    settings = settings_for(tmp_path, model=ModelSettings(kind="multinomial",
-                                                           labels=("ham", "spam")))
-    daemon = build_daemon(settings, metrics=RecordingMetrics(), io_factory=lambda a, r: FakeIO(
-        kafka, settings.kafka.input_topics, a, r))
-    drain(daemon)
-    daemon.checkpoint("test")
-    assert len(daemon.slices) == 2
-    monkeypatch.chdir(tmp_path)
-    mail = tmp_path / "m.eml"
-    mail.write_bytes(SPAM_MAIL)
-    code, out, err = explain(capsys, "--checkpoint", str(settings.checkpoint.path), "--json",
-                             str(mail))
-    assert code == 0, err
-    tokens = daemon.pipeline.featurizer.from_raw(SPAM_MAIL).tokens
-    assert json.loads(out)["explanation"] == json.loads(json.dumps(
-        daemon.live.explain_log_odds(tokens, 10)))
-
-
 def test_unusable_inputs_say_what_is_wrong(tmp_path, capsys):
     gda = make_model("gda")
     gda.learn_one([0.0, 1.0], "ham")
@@ -97,13 +68,13 @@ def test_unusable_inputs_say_what_is_wrong(tmp_path, capsys):
         (["--model", str(tmp_path / "gda.json"), message], "gda model has no per-token"),
         (["--model", str(tmp_path / "junk.json"), message], "not a streamnb model file"),
         (["--model", str(tmp_path / "missing.json"), message], "No such file"),
-        (["--checkpoint", str(tmp_path / "none.json"), message], "no such checkpoint"),
+        (["--changelog", "--config", str(tmp_path / "none.toml"), message], "cannot read"),
         (["--model", str(tmp_path / "nb.json"), str(tmp_path / "nothing.eml")],
          "nothing.eml: No such file"),
         (["--model", str(tmp_path / "nb.json"), message], "features: "),
         (["--model", str(tmp_path / "nb.json"), "-k", "-1", message], "-k must be >= 0"),
         (["--model", str(tmp_path / "gda.json"), "--config", "c.toml", message],
-         "--config goes with --checkpoint"),
+         "--config goes with --changelog"),
     ]
     for argv, expected in cases:
         code, out, err = explain(capsys, *argv)

@@ -1,7 +1,7 @@
 """Run ``python -m streamnb run`` as a subprocess against the real broker, and watch it.
 
 Conditions are polled with timeouts (never a blind sleep): the daemon's log says when it has
-its partitions, and its checkpoint file says how far it has read.
+its partitions, and the group's committed offsets say how far it has read.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from streamnb.daemon.checkpoint import CheckpointError, read_checkpoint
+from streamnb.daemon.kafka_io import committed_offsets, end_offsets, read_all
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,8 +46,9 @@ def write_config(
     every_seconds: float = 0.5,
     max_ids: int = 100_000,
     extra: str = "",
+    member: str = "member",
 ) -> Path:
-    """A config for one test: its own topics, group, static member id and checkpoint."""
+    """A config for one test: its own topics, group and static member id."""
     path = directory / "config.toml"
     label_list = ", ".join(f'"{label}"' for label in labels)
     path.write_text(
@@ -58,7 +59,7 @@ input_topics = ["{prefix}-in"]
 output_topic = "{prefix}-out"
 dead_letter_topic = "{prefix}-dlq"
 group_id = "{prefix}-group"
-group_instance_id = "{prefix}-member"
+group_instance_id = "{prefix}-{member}"
 session_timeout_ms = 6000
 poll_timeout_ms = 100
 stall_seconds = 20.0
@@ -68,7 +69,6 @@ kind = "{kind}"
 labels = [{label_list}]
 
 [checkpoint]
-path = "{directory / 'checkpoint.json'}"
 every_messages = {every_messages}
 every_seconds = {every_seconds}
 
@@ -130,8 +130,12 @@ class DaemonProcess:
             self.proc = self._launch()
 
     def events(self) -> list[dict]:
+        return self.events_of(self.log_path)
+
+    @staticmethod
+    def events_of(log_path: Path) -> list[dict]:
         out = []
-        for line in self.log_path.read_bytes().splitlines():
+        for line in log_path.read_bytes().splitlines():
             try:
                 event = orjson.loads(line)
             except orjson.JSONDecodeError:
@@ -179,43 +183,63 @@ class DaemonProcess:
                 daemon.kill()
 
 
-def checkpoint_offsets(path: Path) -> dict[str, int]:
-    try:
-        body = read_checkpoint(path)
-    except (CheckpointError, OSError):
-        return {}
-    if body is None:
-        return {}
-    return {key: part["next_offset"] for key, part in body["slices"].items()}
+def committed(bootstrap: str, prefix: str) -> dict[str, int]:
+    """The input offsets the test's group has committed (with the state, in transactions)."""
+    offsets = committed_offsets(bootstrap, f"{prefix}-group", f"{prefix}-in")
+    return {f"{t}:{p}": offset for (t, p), offset in offsets.items()}
 
 
-def wait_caught_up(
-    path: Path, ends: dict[tuple[str, int], int], daemon: DaemonProcess, timeout: float = 60.0
-) -> None:
-    """Until the checkpoint covers every partition up to ``ends``."""
+def wait_caught_up(bootstrap: str, prefix: str, daemons, timeout: float = 60.0) -> None:
+    """Until the group has committed every input partition up to its current end."""
+    ends = end_offsets(bootstrap, f"{prefix}-in")
     want = {f"{t}:{p}": off for (t, p), off in ends.items() if off > 0}
+    daemons = daemons if isinstance(daemons, list | tuple) else [daemons]
 
     def done():
-        daemon._check_alive()
-        have = checkpoint_offsets(path)
+        for daemon in daemons:
+            daemon._check_alive()
+        have = committed(bootstrap, prefix)
         return all(have.get(k, 0) >= v for k, v in want.items())
 
-    wait_for(done, timeout, f"the checkpoint to reach {want}")
+    wait_for(done, timeout, f"the committed offsets to reach {want}", every=0.3)
 
 
-def checkpoint_model(path: Path):
-    """The model a checkpoint holds: the sum of its partition slices."""
-    from streamnb.models import model_from_state
+def changelog_model(bootstrap: str, prefix: str, kind: str = "multinomial"):
+    """The model the changelog holds (read_committed, as a new daemon reads it): the sum of
+    the partitions' slices."""
+    from streamnb.daemon.changelog import apply_records, changelog_topic
+    from streamnb.daemon.feedback import FeedbackStore
+    from streamnb.pipeline import build_pipeline
 
-    body = read_checkpoint(path)
-    total = None
-    for part in body["slices"].values():
-        model = model_from_state(part["model"])
-        if total is None:
-            total = model
-        else:
-            total += model
+    topic = changelog_topic(f"{prefix}-group", f"{prefix}-in")
+    ends = end_offsets(bootstrap, topic)
+    def complete(got):
+        last = {}
+        for r in got:
+            last[(r.topic, r.partition)] = r.offset
+        # transaction markers take offsets too: caught up when nothing more arrives
+        return all(last.get(tp, -1) >= end - 2 or end == 0 for tp, end in ends.items())
+
+    records = read_all(bootstrap, topic, until=complete, timeout=15)
+    by_partition: dict[int, list] = {}
+    for r in records:
+        by_partition.setdefault(r.partition, []).append((r.key, r.value))
+    total = build_pipeline({"kind": kind}, {}).model
+    for p, items in sorted(by_partition.items()):
+        part = build_pipeline({"kind": kind}, {}).model
+        apply_records(part, FeedbackStore(), f"{prefix}-in:{p}", items)
+        total += part
     return total
+
+
+def assigned_events(daemon) -> list[dict]:
+    return [e for e in daemon.events() if e.get("event") == "assigned"]
+
+
+def started_partitions(daemons) -> list[str]:
+    """Every partition a daemon started at ``kafka.start_offset`` (no committed offset)."""
+    return [e["partition"] for d in daemons for e in d.events()
+            if e.get("event") == "partition_started"]
 
 
 def sms(data_dir: Path) -> list[tuple[str, str, str]]:

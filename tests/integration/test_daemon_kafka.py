@@ -10,12 +10,13 @@ import orjson
 import pytest
 
 from streamnb.codec import Message
-from streamnb.daemon.kafka_io import create_topics, end_offsets, produce, read_all
+from streamnb.daemon.kafka_io import create_topics, produce, read_all
 from streamnb.pipeline import build_pipeline
 from tests.integration.harness import (
     DaemonProcess,
-    checkpoint_model,
-    checkpoint_offsets,
+    assigned_events,
+    changelog_model,
+    committed,
     feedback,
     sms,
     value,
@@ -38,7 +39,7 @@ def offline_model(final_labels: dict[str, str], texts: dict[str, str], kind="mul
 
 
 def assert_same_model(got, want):
-    assert got is not None, "the checkpoint holds no model"
+    assert got is not None, "the changelog holds no model"
     assert got.n_updates == want.n_updates
     assert got.to_state() == want.to_state()
 
@@ -79,9 +80,7 @@ def test_sms_end_to_end_one_prediction_per_unlabelled_id(
             for msg_id, label, text in rows
         ),
     )
-    wait_caught_up(
-        tmp_path / "checkpoint.json", end_offsets(kafka_bootstrap, f"{topic_prefix}-in"), daemon
-    )
+    wait_caught_up(kafka_bootstrap, topic_prefix, daemon)
     code, seconds = daemon.terminate()
     assert code == 0
 
@@ -132,14 +131,13 @@ def test_kill_9_at_three_random_moments_loses_and_doubles_nothing(
         "poll_timeout_ms = 100", "poll_timeout_ms = 100\nmax_poll_records = 100"))
     topic = f"{topic_prefix}-in"
     produce(kafka_bootstrap, topic, ((k.encode(), v) for k, v in stream))
-    checkpoint = tmp_path / "checkpoint.json"
 
     def progress():
-        return sum(checkpoint_offsets(checkpoint).values())
+        return sum(committed(kafka_bootstrap, topic_prefix).values())
 
-    # Kill once the daemon has saved past a random point of the stream, then after a random
-    # extra moment, so the kill lands anywhere between (or inside) checkpoints (one every 150
-    # records). The last target leaves a third of the stream unread and the extra moment is
+    # Kill once the daemon has committed past a random point of the stream, then after a
+    # random extra moment, so the kill lands anywhere between (or inside) commits (one every
+    # 150 records). The last target leaves a third of the stream unread and the extra moment is
     # short, so however fast the machine, the last kill still finds the daemon at work.
     kill_rng = random.Random()
     targets = sorted(kill_rng.uniform(0.05, 0.67) * len(stream) for _ in range(3))
@@ -147,16 +145,31 @@ def test_kill_9_at_three_random_moments_loses_and_doubles_nothing(
     for round_, target in enumerate(targets):
         daemon = DaemonProcess(config, tmp_path / f"daemon-{round_}.log")
         daemon.wait_assigned()
-        wait_for(lambda t=target: progress() >= t, 120, f"the checkpoint to pass {target:.0f}")
+        wait_for(lambda t=target: progress() >= t, 120, f"the commits to pass {target:.0f}",
+                 every=0.1)
         time.sleep(kill_rng.uniform(0, 0.05))  # a random moment, not a condition to wait for
         daemon.kill()
-        at_kill.append(progress())
-    assert at_kill[-1] < len(stream), f"the daemon finished before the last kill ({at_kill})"
+        at_kill.append(committed(kafka_bootstrap, topic_prefix))
+    assert sum(at_kill[-1].values()) < len(stream), f"finished before the last kill ({at_kill})"
     daemon = DaemonProcess(config, tmp_path / "daemon-final.log")
-    wait_caught_up(checkpoint, end_offsets(kafka_bootstrap, topic), daemon, timeout=120)
+    wait_caught_up(kafka_bootstrap, topic_prefix, daemon, timeout=120)
     code, _ = daemon.terminate()
     assert code == 0
-    assert_same_model(checkpoint_model(checkpoint), offline_model(final, texts))
+    assert_same_model(changelog_model(kafka_bootstrap, topic_prefix), offline_model(final, texts))
+    # exactly once: a read_committed reader sees each unlabelled id's prediction once
+    unlabelled = {m for m, v in stream if b'"label"' not in v and b'"feedback"' not in v}
+    outputs = read_all(kafka_bootstrap, f"{topic_prefix}-out",
+                       until=lambda r: len(r) >= len(unlabelled), timeout=30)
+    assert Counter(r.key.decode() for r in outputs) == Counter(unlabelled)
+    # and no restart read a partition from its start again: a daemon starts a partition at
+    # the beginning only if no commit covered it yet
+    logs = [tmp_path / f"daemon-{r}.log" for r in range(len(targets))]
+    logs.append(tmp_path / "daemon-final.log")
+    before = [{}, *at_kill]
+    for log, covered in zip(logs, before, strict=True):
+        for event in DaemonProcess.events_of(log):
+            if event.get("event") == "partition_started":
+                assert event["partition"] not in covered, (log.name, event, covered)
 
 
 def test_late_labels_corrections_and_duplicates_equal_offline_on_final_labels(
@@ -183,9 +196,9 @@ def test_late_labels_corrections_and_duplicates_equal_offline_on_final_labels(
     daemon.wait_assigned()
     topic = f"{topic_prefix}-in"
     produce(kafka_bootstrap, topic, ((m.encode(), v) for m, v in stream))
-    wait_caught_up(tmp_path / "checkpoint.json", end_offsets(kafka_bootstrap, topic), daemon)
+    wait_caught_up(kafka_bootstrap, topic_prefix, daemon)
     assert daemon.terminate()[0] == 0
-    assert_same_model(checkpoint_model(tmp_path / "checkpoint.json"), offline_model(final, texts))
+    assert_same_model(changelog_model(kafka_bootstrap, topic_prefix), offline_model(final, texts))
 
 
 def test_poison_messages_go_to_the_dead_letter_topic_with_their_reason(
@@ -224,7 +237,7 @@ def test_poison_messages_go_to_the_dead_letter_topic_with_their_reason(
     daemon.wait_assigned()
     topic = f"{topic_prefix}-in"
     produce(kafka_bootstrap, topic, stream)
-    wait_caught_up(tmp_path / "checkpoint.json", end_offsets(kafka_bootstrap, topic), daemon)
+    wait_caught_up(kafka_bootstrap, topic_prefix, daemon)
     assert daemon.terminate()[0] == 0
 
     dead = read_all(kafka_bootstrap, f"{topic_prefix}-dlq", until=lambda r: len(r) >= 8)
@@ -241,7 +254,7 @@ def test_poison_messages_go_to_the_dead_letter_topic_with_their_reason(
     labelled = {m: label for i, (m, label, _) in enumerate(rows) if i % 2}
     texts = {m: text for m, _, text in rows}
     assert_same_model(
-        checkpoint_model(tmp_path / "checkpoint.json"), offline_model(labelled, texts)
+        changelog_model(kafka_bootstrap, topic_prefix), offline_model(labelled, texts)
     )
 
 
@@ -255,10 +268,7 @@ def test_sigterm_exits_cleanly_and_a_restart_relearns_nothing(
     unlabelled = {m for i, (m, _, _) in enumerate(rows) if i % 5 == 0 or i in (599, 999)}
     labelled = {m: lab for m, lab, _ in rows if m not in unlabelled}
     stream = [(m.encode(), value(m, t, None if m in unlabelled else lab)) for m, lab, t in rows]
-    # Checkpoints only on shutdown, so the restart can only resume from the SIGTERM one.
-    config = start(
-        tmp_path, kafka_bootstrap, topic_prefix, every_seconds=3600.0, every_messages=100_000
-    )
+    config = start(tmp_path, kafka_bootstrap, topic_prefix, every_seconds=0.3)
     topic, out = f"{topic_prefix}-in", f"{topic_prefix}-out"
 
     def predicted(msg_id):
@@ -273,13 +283,17 @@ def test_sigterm_exits_cleanly_and_a_restart_relearns_nothing(
     wait_for(predicted(rows[599][0]), 60, "the prediction of the first part's last message")
     code, seconds = daemon.terminate()
     assert code == 0 and seconds < 5, (code, seconds)
-    shutdown = [e for e in daemon.events() if e.get("why") == "shutdown"]
-    assert [e["offsets"] for e in shutdown] == [{f"{topic}:0": 600}]
+    assert committed(kafka_bootstrap, topic_prefix) == {f"{topic}:0": 600}
 
     daemon = DaemonProcess(config, tmp_path / "daemon-2.log")
     daemon.wait_assigned()
-    assigned = [e for e in daemon.events() if e.get("event") == "assigned"]
-    assert assigned[0]["partitions"] == {f"{topic}:0": "resume at 600"}
+    assert assigned_events(daemon)[0]["partitions"] == [f"{topic}:0"]
+    wait_for(lambda: any(e.get("event") == "partition_resumed" for e in daemon.events()), 30,
+             "the resume line")
+    resumed = [e for e in daemon.events() if e.get("event") == "partition_resumed"]
+    assert [(e["partition"], e["offset"]) for e in resumed] == [(f"{topic}:0", 600)]
+    restored = [e for e in daemon.events() if e.get("event") == "state_restored"]
+    assert restored and restored[0]["records"] > 0
     produce(kafka_bootstrap, topic, stream[600:])
     wait_for(predicted(rows[999][0]), 60, "the prediction of the second part's last message")
     code, seconds = daemon.terminate()
@@ -288,5 +302,5 @@ def test_sigterm_exits_cleanly_and_a_restart_relearns_nothing(
     outputs = read_all(kafka_bootstrap, out, until=lambda r: len(r) >= len(unlabelled))
     assert sorted(r.key.decode() for r in outputs) == sorted(unlabelled)  # none twice
     assert_same_model(
-        checkpoint_model(tmp_path / "checkpoint.json"), offline_model(labelled, texts)
+        changelog_model(kafka_bootstrap, topic_prefix), offline_model(labelled, texts)
     )

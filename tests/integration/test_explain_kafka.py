@@ -1,4 +1,4 @@
-"""output.explain with the real daemon and broker; streamnb explain on its checkpoint."""
+"""output.explain with the real daemon and broker; streamnb explain on the group's changelog."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import sys
 import orjson
 import pytest
 
-from streamnb.daemon.kafka_io import create_topics, end_offsets, produce, read_all
+from streamnb.daemon.kafka_io import create_topics, produce, read_all
+from streamnb.pipeline import build_pipeline
 from tests.integration.harness import (
     REPO,
     DaemonProcess,
+    changelog_model,
     sms,
     value,
     wait_caught_up,
@@ -37,8 +39,7 @@ def test_predictions_carry_exact_explanations(tmp_path, kafka_bootstrap, topic_p
     produce(kafka_bootstrap, f"{topic_prefix}-in", (
         (msg_id.encode(), value(msg_id, text, None if msg_id in unlabelled else label))
         for msg_id, label, text in rows))
-    wait_caught_up(tmp_path / "checkpoint.json",
-                   end_offsets(kafka_bootstrap, f"{topic_prefix}-in"), daemon)
+    wait_caught_up(kafka_bootstrap, topic_prefix, daemon)
     assert daemon.terminate()[0] == 0
 
     records = read_all(kafka_bootstrap, f"{topic_prefix}-out",
@@ -60,13 +61,16 @@ def test_predictions_carry_exact_explanations(tmp_path, kafka_bootstrap, topic_p
             checked += 1
     assert checked > 100
 
-    # The checkpoint the daemon left explains a new message from the command line.
+    # The state the daemon left in Kafka explains a new message from the command line, as the
+    # model that the changelog holds explains it.
+    sms_text = "URGENT! You have won a 1 week FREE membership, call now"
     done = subprocess.run(
-        [sys.executable, "-m", "streamnb", "explain", "--checkpoint",
-         str(tmp_path / "checkpoint.json"), "--config", str(config), "--text", "--json", "-"],
-        input=b"URGENT! You have won a 1 week FREE membership, call now", cwd=REPO,
-        capture_output=True, timeout=60)
+        [sys.executable, "-m", "streamnb", "explain", "--changelog", "--config", str(config),
+         "--text", "--json", "-"],
+        input=sms_text.encode(), cwd=REPO, capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)
     assert shown["explanation"]["label"] == "spam"
-    assert shown["explanation"]["tokens"]
+    expected = changelog_model(kafka_bootstrap, topic_prefix).explain_log_odds(
+        build_pipeline({"kind": "multinomial"}, {}).featurizer.from_text(sms_text).tokens, 10)
+    assert shown["explanation"] == json.loads(json.dumps(expected))

@@ -15,9 +15,17 @@ import urllib.request
 import orjson
 import pytest
 
-from streamnb.daemon.checkpoint import write_checkpoint
+from streamnb.daemon.changelog import changelog_topic
 from streamnb.daemon.kafka_io import create_topics, produce, read_all
-from tests.integration.harness import REPO, DaemonProcess, value, wait_for, write_config
+from tests.integration.harness import (
+    REPO,
+    DaemonProcess,
+    changelog_model,
+    value,
+    wait_caught_up,
+    wait_for,
+    write_config,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -82,8 +90,6 @@ def test_each_poison_is_dead_lettered_and_the_next_message_still_predicted(
         (b"a", value("a", "win a prize now", "spam")),
         (b"b", value("b", "see you at lunch", "ham")),
         (key, original),
-        (b"nosep", orjson.dumps({"id": "nosep", "raw_b64": base64.b64encode(
-            b"Subject: lunch\nsee you at lunch\n").decode()})),
         (b"next", value("next", "win a prize")),
     ])
     assert predicted(kafka_bootstrap, topic_prefix, "next")["label"] == "spam"
@@ -115,8 +121,6 @@ def test_outputs_respect_the_topics_own_max_message_bytes(tmp_path, kafka_bootst
         (b"a", value("a", "win a prize now", "spam")),
         (None, value("i" * 1500, "win a prize")),  # a 3,000-byte prediction
         (None, not_json),
-        (b"nosep", orjson.dumps({"id": "nosep", "raw_b64": base64.b64encode(
-            b"Subject: lunch\nsee you at lunch\n").decode()})),
         (b"next", value("next", "win a prize")),
     ])
     assert predicted(kafka_bootstrap, topic_prefix, "next")["label"] == "spam"
@@ -157,59 +161,31 @@ def test_max_value_bytes_above_what_the_input_topic_carries_fails_at_start(
     assert "1048588" in line and elapsed < 15
 
 
-BODY = {
-    "model": {"kind": "multinomial"},
-    "slices": {},
-    "feedback": {"version": 1, "evicted": 0, "entries": []},
-    "metrics": None,
-}
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"slices": []},
-        {"slices": {"in:0": {"next_offset": "12", "model": {}}}},
-        {"slices": {"in:0": {"next_offset": 12}}},
-        {"slices": {"no-partition": {"next_offset": 1, "model": {}}}},
-        {"feedback": {"version": 1}},
-        {"feedback": {"version": 1, "entries": [["id", "in:0"]]}},
-        {"model": "multinomial"},
-        {"metrics": [1, 2]},
-        # Well shaped on the outside, with a model state that is not one:
-        {"slices": {"in:0": {"next_offset": 3, "model": {"kind": "multinomial"}}}},
-    ],
-    ids=["slices-list", "offset-string", "no-model", "bad-key", "no-entries", "short-entry",
-         "model-string", "metrics-list", "bad-model-state"],
-)
-def test_a_checksummed_checkpoint_of_the_wrong_shape_is_refused_naming_it(
-    tmp_path, kafka_bootstrap, topic_prefix, change
+def test_a_message_whose_state_would_not_fit_its_changelog_is_dead_lettered(
+    tmp_path, kafka_bootstrap, topic_prefix
 ):
+    """A feedback entry (id and model input) over what the changelog topic takes would fail
+    every commit's transaction: the message is dead-lettered instead, nothing learned."""
     topics(kafka_bootstrap, topic_prefix)
+    changelog = changelog_topic(f"{topic_prefix}-group", f"{topic_prefix}-in")
+    create_topics(kafka_bootstrap, {changelog: 1},
+                  {changelog: {"max.message.bytes": "3000", "cleanup.policy": "compact"}})
     config = write_config(tmp_path, kafka_bootstrap, topic_prefix)
-    checkpoint = tmp_path / "checkpoint.json"
-    write_checkpoint(checkpoint, {**BODY, **change})  # a valid header and CRC
-    before = checkpoint.read_bytes()
-    produce(kafka_bootstrap, f"{topic_prefix}-in", [(b"a", value("a", "hello"))])
-    result, elapsed = run_cli(config)
-    line = one_line(result)
-    assert line.startswith(f"streamnb: {checkpoint}: checkpoint body does not have the expected")
-    assert elapsed < 15
-    assert checkpoint.read_bytes() == before  # left as it was, for the operator
-    # Nothing was consumed: no prediction for "a".
-    assert read_all(kafka_bootstrap, f"{topic_prefix}-out", until=lambda r: False,
-                    timeout=1) == []
-
-
-def test_a_well_shaped_checkpoint_is_resumed(tmp_path, kafka_bootstrap, topic_prefix):
-    topics(kafka_bootstrap, topic_prefix)
-    config = write_config(tmp_path, kafka_bootstrap, topic_prefix)
-    write_checkpoint(tmp_path / "checkpoint.json", BODY)
     daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0)
     daemon.wait_assigned()
-    wait_for(lambda: any(e.get("event") == "checkpoint_loaded" for e in daemon.events()), 10,
-             "the checkpoint to be loaded")
+    words = " ".join(f"word{i}" for i in range(400))  # about 5 KB of model input
+    produce(kafka_bootstrap, f"{topic_prefix}-in", [
+        (b"a", value("a", "win a prize now", "spam")),
+        (b"b", value("b", "see you at lunch", "ham")),
+        (b"big", value("big", words, "spam")),
+        (b"next", value("next", "win a prize")),
+    ])
+    assert predicted(kafka_bootstrap, topic_prefix, "next")["label"] == "spam"
+    (dead,) = dead_letters(kafka_bootstrap, topic_prefix, 1)
+    assert dict(dead.headers)["streamnb.reason"] == b"too_large_for_state"
+    wait_caught_up(kafka_bootstrap, topic_prefix, daemon)
     assert daemon.terminate()[0] == 0
+    assert changelog_model(kafka_bootstrap, topic_prefix).n_updates == 2  # a and b only
 
 
 def scrape(port: int) -> dict[tuple, float]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from streamnb.daemon.kafka_io import create_topics, end_offsets, produce
+from streamnb.daemon.kafka_io import create_topics, produce
 from tests.integration.harness import (
     DaemonProcess,
     feedback,
@@ -168,10 +168,7 @@ def test_every_dashboard_query_returns_data_from_a_running_daemon(
                 ),
             ],
         )
-        wait_caught_up(
-            tmp_path / "checkpoint.json", end_offsets(kafka_bootstrap, f"{topic_prefix}-in"),
-            daemon, timeout=120,
-        )
+        wait_caught_up(kafka_bootstrap, topic_prefix, daemon, timeout=120)
 
         def scraped_everything():
             daemon._check_alive()
@@ -179,7 +176,7 @@ def test_every_dashboard_query_returns_data_from_a_running_daemon(
             dead = prometheus.query("sum(streamnb_dead_letters_total)")
             scrapes = prometheus.query(f'count_over_time(up{{job="streamnb"}}[{RATE_INTERVAL}])')
             return (
-                # a rebalance can replay records after the last checkpoint: at least once
+                # a rebalance can replay records after the last commit: at least once
                 consumed and float(consumed[0]["value"][1]) >= n_labelled
                 and dead and float(dead[0]["value"][1]) >= 1
                 and float(scrapes[0]["value"][1]) >= 3

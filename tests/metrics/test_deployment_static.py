@@ -113,6 +113,21 @@ def test_streamnb_container_config_is_accepted_by_the_daemon():
     assert settings.kafka.bootstrap_servers == "kafka:19092"
 
 
+def test_compose_runs_two_replicas_of_one_group_each_with_its_own_member_id():
+    services = compose()["services"]
+    replicas = [name for name, service in services.items()
+                if service.get("image", "").startswith("streamnb:")]
+    assert sorted(replicas) == ["streamnb", "streamnb-2"]
+    members = {services[name]["environment"]["STREAMNB_KAFKA__GROUP_INSTANCE_ID"]
+               for name in replicas}
+    assert len(members) == 2
+    assert not any("volumes" in services[name] for name in replicas)  # the state is in Kafka
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    targets = {target for job in config["scrape_configs"]
+               for static in job.get("static_configs", []) for target in static["targets"]}
+    assert {f"{name}:{PUBLISHED['streamnb']}" for name in replicas} <= targets
+
+
 # ---------------------------------------------------------------------- prometheus
 
 
@@ -182,7 +197,7 @@ def test_dashboard_covers_what_the_issue_promises():
         "histogram_quantile(0.99, sum by (le) (rate(streamnb_processing_latency_seconds_bucket",
         "streamnb_consumer_lag_messages",
         "streamnb_dead_letters_total",
-        "time() - max(streamnb_last_checkpoint_timestamp_seconds)",
+        "time() - min(streamnb_last_checkpoint_timestamp_seconds)",
     ]:
         assert needle in exprs, needle
 

@@ -1,0 +1,117 @@
+"""The commit protocol: one Kafka transaction per commit, numbered once in
+:meth:`Committer.checkpoint` and mirrored by its ``# Step N`` comments (as Quix Streams'
+``checkpoint.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from streamnb.daemon.changelog import changed_records, slice_record
+from streamnb.daemon.partitions import slice_key, tp_of
+
+__all__ = ["Committer"]
+
+log = logging.getLogger("streamnb.daemon")
+
+
+class Committer:
+    """The commit half of the daemon (a mixin of :class:`~streamnb.daemon.loop.Daemon`)."""
+
+    def checkpoint(self, why: str) -> None:
+        """Commit what the records since the last commit did, as one Kafka transaction.
+
+        1. The caller has applied whole records only: the slices, the feedback stores and
+           ``offsets`` all describe exactly the records before each partition's next offset.
+           Their predictions and dead letters were sent into the open transaction as they
+           were made.
+        2. For each owned slice, the record of every key changed since the last commit (its
+           full current value, or a tombstone) and of every feedback entry remembered,
+           relabelled or evicted goes to the slice's changelog partition, in the transaction
+           (with, the first time after taking the slice over, the record of what its counts
+           are: model kind and counting options).
+        3. The next input offset of every owned partition goes into the transaction with the
+           group's metadata (``send_offsets_to_transaction``): a member of an older
+           generation of the group is fenced here.
+        4. Commit the transaction (bounded by the watchdog). This is the commit point: the
+           outputs, the state and the offsets become visible to ``read_committed`` readers
+           together; a crash before it leaves none of them (the broker aborts the
+           transaction, or the next producer with the same transactional id does).
+        5. Mark every owned slice unchanged: what it holds is now what its changelog holds.
+        6. Record the commit's duration and size in the metrics, and log it.
+
+        A failure in steps 2-4 ends the daemon (a fenced one with code 4, having written
+        nothing): its in-memory state is ahead of Kafka, and only a restart, which reads the
+        committed state, is exact.
+        """
+        if self.failed:
+            raise RuntimeError("refusing to commit: a record was only partly applied")
+        with self.lock:
+            started = time.perf_counter()
+            # Step 1: nothing to do here; process() applies records whole, under the lock.
+            owned = self.parts.owned
+            size = 0
+            n_records = 0
+            identified = []
+            try:
+                # Step 2
+                for key, part in owned.items():
+                    topic, partition = self.io.changelog_of(tp_of(key))
+                    records = changed_records(part.model, part.store)
+                    if records and not part.identified:
+                        records.append(slice_record(part.model))
+                        identified.append(part)
+                    for record_key, value in records:
+                        self.io.send(topic, record_key, value, partition=partition)
+                        size += len(record_key) + (len(value) if value is not None else 0)
+                        n_records += 1
+                # Step 3 and Step 4 (KafkaIO.commit: send_offsets_to_transaction, then
+                # commit_transaction, each under the watchdog)
+                offsets = {tp_of(k): self.offsets[k] for k in owned if k in self.offsets}
+                self.io.commit(offsets)
+            except BaseException:
+                self.failed = True
+                raise
+            # Step 5
+            for part in owned.values():
+                part.model.mark_changes()
+                part.store.mark_changes()
+            for part in identified:
+                part.identified = True
+            self.checkpoints_written += 1
+            applied, self.pending = self.pending, 0
+            self.last_checkpoint = time.monotonic()
+        # Step 6
+        duration = time.perf_counter() - started
+        self.metrics.checkpoint_done(duration, size)
+        self.metrics.set_model_size(
+            getattr(self.live, "vocabulary_size", 0), self.live.state_nbytes()
+        )
+        log.info(
+            "commit (%s): %d record(s) since the last, %d changelog record(s) of %d slice(s), "
+            "%d bytes, %.3f s",
+            why,
+            applied,
+            n_records,
+            len(owned),
+            size,
+            duration,
+            extra={
+                "event": "checkpoint",
+                "why": why,
+                "records": applied,
+                "changelog_records": n_records,
+                "bytes": size,
+                "seconds": round(duration, 4),
+                "offsets": {slice_key(tp): off for tp, off in offsets.items()},
+            },
+        )
+
+    def checkpoint_due(self) -> bool:
+        if not self.pending:
+            return False
+        return (
+            self.pending >= self.settings.checkpoint.every_messages
+            or time.monotonic() - self.last_checkpoint >= self.settings.checkpoint.every_seconds
+        )

@@ -1,0 +1,411 @@
+"""One polled batch -> predictions, learning, feedback and dead letters (the prequential step).
+
+:class:`RecordProcessor` is the part of :class:`~streamnb.daemon.loop.Daemon` that handles
+records: every message is predicted by the global model **before** anything is learned from it;
+an unlabelled message's prediction goes to the output topic, a labelled one's to the accuracy
+metrics, and then its slice (and the global model) learn it. Feedback goes through the
+partition's feedback store, which makes it idempotent. Anything unusable is dead-lettered with
+its original bytes and a reason. Outputs go into the open transaction (``io.send``); the commit
+(:mod:`streamnb.daemon.commit`) makes them visible together with the state they changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from streamnb.codec import Feedback, encode
+from streamnb.daemon.changelog import FORMAT_VERSION
+from streamnb.daemon.feedback import FeedbackStore, decide
+from streamnb.daemon.outputs import fit_dead_letter
+from streamnb.daemon.partitions import slice_key, tp_of
+from streamnb.daemon.prepare import (
+    DECODE_ERROR,
+    FEEDBACK,
+    MESSAGE,
+    REJECTED,
+    prepare_value,
+)
+
+__all__ = ["RecordProcessor"]
+
+log = logging.getLogger("streamnb.daemon")
+
+# Dead letters of one reason logged individually before the log only counts them.
+DEAD_LETTER_LOG_FIRST = 10
+# What a feedback entry's changelog value holds besides the model input: label, sequence.
+ENTRY_OVERHEAD_BYTES = 64
+
+
+@dataclass(slots=True)
+class _NewMessage:
+    """A message read and featurized, not yet scored; ``started`` is when its record's
+    processing began (the start of its latency)."""
+
+    record: Any
+    key: str
+    msg_id: str
+    label: str | None
+    x: Any
+    x_json: bytes
+    started: float
+
+def _predicted(proba: dict[str, float]) -> str | None:
+    # Ties go to the first class in sorted order, as the models' own predict_one does.
+    return max(sorted(proba), key=proba.__getitem__) if proba else None
+
+
+class RecordProcessor:
+    """The per-record half of the daemon (a mixin of :class:`~streamnb.daemon.loop.Daemon`,
+    whose state it uses: ``parts``, ``offsets``, ``io``, ``metrics``, ``settings``)."""
+
+    def _store(self, key: str) -> FeedbackStore:
+        return self.parts.slices[key].store
+
+
+    def process(self, records: list, prepared: list | None = None) -> None:
+        """Apply one polled batch (records in offset order within each partition).
+
+        ``prepared`` holds the preparer's result for each record (:mod:`streamnb.daemon.prepare`);
+        None computes them here, record by record.
+
+        Consecutive plain new messages (see :meth:`_read_new`) are scored and learned with one
+        ``prequential_many`` call of the live model, when that model is also the slice that
+        learns them (one assigned partition); every other record goes through
+        :meth:`_process_one`, after the run before it. Either way each record's outputs,
+        metrics and store updates are those of processing the records one by one, in order.
+        """
+        with self.lock:
+            run: list[_NewMessage] = []
+            run_ids: set[str] = set()
+            for index, record in enumerate(records):
+                key = slice_key((record.topic, record.partition))
+                if key not in self.slices:
+                    continue  # revoked while the batch was in flight: its new owner reads it
+                started = time.perf_counter()
+                result = self._prepare(record) if prepared is None else prepared[index]
+                if result is not None and result[0] == MESSAGE and result[5]:
+                    self._featurizer_noted(result[1], result[5])
+                if self._batches(key):
+                    new = self._read_new(record, key, result, run_ids, started)
+                    if new is not None:
+                        run.append(new)
+                        run_ids.add(new.msg_id)
+                        continue
+                    self._apply_run(run)
+                    run, run_ids = [], set()
+                self._process_one(record, key, result, started)
+                self.offsets[key] = record.offset + 1
+            self._apply_run(run)
+            self.pending += len(records)
+            self._flush_tally()
+
+    def _batches(self, key: str) -> bool:
+        """Whether records of ``key`` may be scored in runs: the live model has the batch
+        step (the test fakes may not)."""
+        return hasattr(self.live, "prequential_many")
+
+    def _prepare(self, record) -> tuple | None:
+        """The preparer's result for ``record``, computed here (None when it is too large)."""
+        value = record.value
+        if value is not None and len(value) > self.max_value_bytes:
+            return None
+        return prepare_value(
+            self.pipeline, value, f"{record.topic}:{record.partition}:{record.offset}"
+        )
+
+    def _read_new(
+        self, record, key: str, result: tuple | None, run_ids: set[str], started: float
+    ) -> _NewMessage | None:
+        """``record`` as a plain new message: decoded, its label allowed, featurized, its id
+        neither remembered nor among ``run_ids`` (earlier in the run). None otherwise, with
+        nothing done: the per-record path then handles it (dead letter, feedback, duplicate
+        id)."""
+        if result is None or result[0] != MESSAGE:
+            return None  # too large, a decode error, feedback, or rejected by the featurizer
+        msg_id, label, x, x_json = result[1:5]
+        if not self._label_allowed(label) or msg_id in self._store(key) or msg_id in run_ids:
+            return None
+        if label is None and self.explain_k:
+            # An explanation is computed on the model that predicted: one message at a time.
+            return None
+        if not self._fits_state(key, msg_id, x_json, label):
+            return None
+        return _NewMessage(record, key, msg_id, label, x, x_json, started)
+
+    def _apply_run(self, run: list[_NewMessage]) -> None:
+        """Score and learn a run of plain new messages with one ``prequential_many`` call."""
+        if not run:
+            return
+        updates = self.live.n_updates
+        try:
+            probas = self.live.prequential_many(
+                [new.x for new in run], [new.label for new in run]
+            )
+        except Exception:  # noqa: BLE001 - a rejected input: handled one record at a time
+            if self.live.n_updates != updates:
+                raise  # partly learned: only a restart from the last commit is exact
+            for new in run:
+                self._predict_and_learn(new)
+                self.offsets[new.key] = new.record.offset + 1
+            return
+        slices = self.parts.slices
+        for new, proba in zip(run, probas, strict=True):
+            self._record_scored(new, proba, updates)
+            if new.label is not None:
+                updates += 1
+                model = slices[new.key].model
+                if model is not self.live:  # the live model learned it in the batch step
+                    model.learn_one(new.x, new.label)
+            self.offsets[new.key] = new.record.offset + 1
+
+    def _flush_tally(self) -> None:
+        for (name, arg), n in self._tally.items():
+            if arg is None:
+                getattr(self.metrics, name)(n)
+            else:
+                getattr(self.metrics, name)(arg, n)
+        self._tally.clear()
+        if self._latencies:
+            self.metrics.observe_latencies(self._latencies)
+            self._latencies = []
+        if self._end_to_end:
+            self.metrics.observe_end_to_end_many(self._end_to_end)
+            self._end_to_end = []
+
+    def _process_one(self, record, key: str, result: tuple | None, started: float) -> None:
+        if result is None:  # the preparers leave values over limits.max_value_bytes unread
+            self._dead_letter(
+                record, "too_large", f"{len(record.value)} bytes > limits.max_value_bytes"
+            )
+            return
+        kind = result[0]
+        if kind == DECODE_ERROR:
+            self._dead_letter(record, result[1], result[2])
+            return
+        if kind == FEEDBACK:
+            self._tally["consumed", "feedback"] += 1
+            self._feedback(Feedback(id=result[1], label=result[2]), record)
+            return
+        self._message(result, record, key, started)
+
+    def _label_allowed(self, label: str | None) -> bool:
+        return label is None or not self.labels or label in self.labels
+
+    def _label_ok(self, label: str | None, record) -> bool:
+        if self._label_allowed(label):
+            return True
+        self._dead_letter(
+            record, "unknown_label", f"{label!r:.80} is not in model.labels {sorted(self.labels)}"
+        )
+        return False
+
+    def _message(self, result: tuple, record, key: str, started: float) -> None:
+        """A decoded message (``result`` is MESSAGE or REJECTED): its label is checked before
+        its featurizing error, as the dead letter's reason has always been chosen."""
+        kind, msg_id, label = result[:3]
+        if not self._label_ok(label, record):
+            return
+        if kind == REJECTED:
+            self._dead_letter(record, result[3], result[4])
+            return
+        x, x_json = result[3:5]
+        if not self._fits_state(key, msg_id, x_json, label):
+            self._dead_letter(record, "too_large_for_state", (
+                f"the message's feedback entry ({len(msg_id)}-byte id, {len(x_json)}-byte "
+                "model input) would not fit a record of its changelog topic"))
+            return
+        self._predict_and_learn(_NewMessage(record, key, msg_id, label, x, x_json, started))
+
+    def _predict_and_learn(self, new: _NewMessage) -> None:
+        """Predict a prepared message, then learn it (or its label, for a known id)."""
+        try:
+            proba = self.live.predict_proba_one(new.x)
+        except Exception as error:  # noqa: BLE001 - e.g. a vector of the wrong length
+            self._dead_letter(new.record, "model_rejected", str(error))
+            return
+        msg_id, key, label = new.msg_id, new.key, new.label
+        store = self._store(key)
+        entry = store.get(msg_id)
+        if label is None:
+            self._tally["consumed", "unlabelled"] += 1
+            if entry is None:
+                store.remember(msg_id, key, new.x_json, None)
+            self._emit(msg_id, _predicted(proba), proba, new.record, new.started, x=new.x)
+            return
+
+        self._tally["consumed", "labelled"] += 1
+        if entry is not None and entry.label is not None:
+            # The id was learned already: scoring it again, by a model that knows it, would
+            # inflate accuracy. It is counted as a duplicate; its label acts as feedback.
+            self._tally["duplicate_message", None] += 1
+        else:
+            self.metrics.observe_labelled(label, _predicted(proba), proba)
+        if entry is None:
+            try:
+                self._learn(key, new.x, label)
+            except Exception as error:  # noqa: BLE001
+                self._dead_letter(new.record, "model_rejected", str(error))
+                return
+            store.remember(msg_id, key, new.x_json, label)
+        else:
+            # The same id again (a producer retry, or a re-sent message): each id counts once,
+            # under its latest label, exactly as feedback would treat it.
+            self._apply_label(msg_id, entry, label)
+        self._latencies.append(time.perf_counter() - new.started)
+
+    def _record_scored(self, new: _NewMessage, proba: dict, model_updates: int) -> None:
+        """What :meth:`_predict_and_learn` does besides the model's step, for a new message
+        whose prediction is ``proba`` and which the model has already learned if labelled;
+        ``model_updates`` is the live model's update count when it was predicted."""
+        msg_id, label = new.msg_id, new.label
+        if label is None:
+            self._tally["consumed", "unlabelled"] += 1
+            self._store(new.key).remember(msg_id, new.key, new.x_json, None)
+            self._emit(msg_id, _predicted(proba), proba, new.record, new.started,
+                       model_updates)
+            return
+        self._tally["consumed", "labelled"] += 1
+        self.metrics.observe_labelled(label, _predicted(proba), proba)
+        self._tally["learned", label] += 1
+        self._store(new.key).remember(msg_id, new.key, new.x_json, label)
+        self._latencies.append(time.perf_counter() - new.started)
+
+    def _feedback(self, feedback: Feedback, record) -> None:
+        if not self._label_ok(feedback.label, record):
+            return
+        key = slice_key(record.tp)
+        store = self._store(key)
+        entry = store.get(feedback.id)
+        if entry is None:
+            self.metrics.feedback_outcome("unknown_id")
+            self._dead_letter(
+                record,
+                "unknown_id",
+                f"id {feedback.id!r:.80} is not among the {len(store)} remembered messages of "
+                f"partition {key} (aged out, never seen, or its message went to another "
+                "partition: key input records by message id)",
+            )
+            return
+        self._apply_label(feedback.id, entry, feedback.label)
+
+    def _apply_label(self, msg_id: str, entry, label: str) -> None:
+        store = self._store(entry.slice)
+        outcome = decide(entry, label)
+        if outcome == "learned":
+            self._learn(entry.slice, entry.x, label)
+        elif outcome == "relabelled":
+            x = entry.x
+            self._learn(entry.slice, x, entry.label, unlearn=True)
+            self.metrics.unlearned(entry.label)
+            self._learn(entry.slice, x, label)
+            self.metrics.relabelled()
+        if outcome != "duplicate":
+            store.set_label(msg_id, label)
+        self.metrics.feedback_outcome(outcome)
+
+    def _learn(self, key: str, x: Any, label: str, unlearn: bool = False) -> None:
+        """Add (or remove) one labelled input to the owned slice ``key`` and the live model."""
+        self.parts.learn(key, x, label, unlearn=unlearn)
+        if not unlearn:
+            self._tally["learned", label] += 1
+
+    def _fits_state(self, key: str, msg_id: str, x_json: bytes, label: str | None) -> bool:
+        """Whether the message's feedback entry fits one record of its changelog partition:
+        one that does not would fail the commit's transaction at every restart."""
+        topic = self.io.changelog_of(tp_of(key))[0]
+        room = self._changelog_room.get(topic)
+        if room is None:  # what a record with a short key may carry there
+            room = self._changelog_room[topic] = self.io.room(topic, b"x" * 64, None)
+        value_bytes = len(x_json) + len(label or "") + ENTRY_OVERHEAD_BYTES
+        if len(msg_id) + value_bytes < room // 2:
+            return True  # the usual case, far from the limit: no need to measure the key
+        record_key = orjson.dumps([FORMAT_VERSION, "feedback", msg_id])
+        return value_bytes <= self.io.room(topic, record_key, None)
+
+    def _emit(self, msg_id: str, predicted, proba: dict, record, started: float,
+              model_updates: int | None = None, x: Any = None) -> None:
+        """``x``: the model input, to explain the prediction with (``output.explain``); the
+        live model must still be the one that predicted it."""
+        prediction = {
+            "id": msg_id,
+            "label": predicted,
+            "probabilities": proba,
+            "score": proba[predicted] if predicted is not None else None,
+            "model_updates": self.live.n_updates if model_updates is None else model_updates,
+            # The sum of every partition's slice: the group's model, remote slices lagging by
+            # about one commit interval of their owners.
+            "model": "global",
+            "model_partitions": len(self.parts.slices),
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+        }
+        if self.explain_k and x is not None:
+            prediction["explanation"] = self.live.explain_log_odds(x, self.explain_k)
+        latency = time.perf_counter() - started
+        prediction["latency_seconds"] = latency
+        key, value = msg_id.encode("utf-8", "surrogatepass"), encode(prediction)
+        room = self.io.room(self.settings.kafka.output_topic, key, None)
+        if len(value) > room:  # a poison pill for the producer: the input is dead-lettered
+            self._dead_letter(record, "output_too_large", f"the prediction takes {len(value)} "
+                              f"bytes, the output topic accepts {max(room, 0)} with its key")
+            return
+        self.io.send(self.settings.kafka.output_topic, key, value)
+        self._tally["prediction_emitted", None] += 1
+        self._latencies.append(latency)
+        if record.timestamp_ms and record.timestamp_ms > 0:
+            self._end_to_end.append(max(0.0, time.time() - record.timestamp_ms / 1000))
+
+    def _dead_letter(self, record, reason: str, detail: str) -> None:
+        headers = list(record.headers) + [
+            ("streamnb.reason", reason.encode()),
+            ("streamnb.detail", detail[:1000].encode("utf-8", "replace")),
+            ("streamnb.source.topic", record.topic.encode()),
+            ("streamnb.source.partition", str(record.partition).encode()),
+            ("streamnb.source.offset", str(record.offset).encode()),
+        ]
+        topic = self.settings.kafka.dead_letter_topic
+        self.io.send(topic, *fit_dead_letter(self.io, topic, record.key, record.value, headers))
+        self.metrics.dead_lettered(reason)
+        self.dead_letter_counts[reason] += 1
+        count = self.dead_letter_counts[reason]
+        if count <= DEAD_LETTER_LOG_FIRST or count % 1000 == 0:
+            log.warning(
+                "dead letter %s/%d/%d: %s: %.200s%s",
+                record.topic,
+                record.partition,
+                record.offset,
+                reason,
+                detail,
+                " (further ones of this reason are counted, not logged)"
+                if count == DEAD_LETTER_LOG_FIRST
+                else "",
+                extra={
+                    "event": "dead_letter",
+                    "reason": reason,
+                    "topic": record.topic,
+                    "partition": record.partition,
+                    "offset": record.offset,
+                    "count": count,
+                },
+            )
+
+    def _featurizer_noted(self, msg_id: str, notes: tuple) -> None:
+        """Count what the featurizer cut short or found broken; log each reason's first."""
+        for kind, reason in notes:
+            self.metrics.featurizer_event(kind, reason)
+            if (kind, reason) not in self.featurizer_reasons_logged:
+                self.featurizer_reasons_logged.add((kind, reason))
+                log.warning(
+                    "featurizer: message %.200r %s (%s); further ones are counted in "
+                    "streamnb_featurizer_events_total, not logged",
+                    msg_id,
+                    "was cut short by its limit" if kind == "truncated" else "has a defect",
+                    reason,
+                    extra={"event": "featurizer", "kind": kind, "reason": reason, "id": msg_id},
+                )

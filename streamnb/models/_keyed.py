@@ -1,0 +1,299 @@
+"""Statistics as keyed values: what changed since a mark, and setting a key's value exactly.
+
+A model's sufficient statistics can be seen as a table of keys, each with a JSON-compatible
+value, such that the model is a function of the table alone. That is what lets a daemon keep a
+model in a compacted Kafka topic (a record per key holding its **full current value**), write
+only the keys a batch changed, and rebuild or update a model from such records idempotently.
+
+Keys are tuples:
+
+* ``("token", t)``: the per-class counts of token (or hash bucket) ``t`` of a text model, as
+  ``{label: count}`` with the non-zero counts only;
+* ``("totals",)``: a text model's per-class message counts and count totals,
+  ``{"n_docs": {label: n}, "totals": {label: s}}`` (non-zero entries);
+* ``("model",)``: the whole state of a model with no finer keys (GDA: its statistics are a few
+  d × d matrices, changed together by every message).
+
+A value of ``None`` means the key is absent (all zeros): a tombstone in the changelog.
+
+The protocol (on :class:`~streamnb.models._base.Model`):
+
+``mark_changes()``
+    start (or restart) remembering which keys change; ``changed_keys()`` lists the keys
+    written since (learning, unlearning, merging, setting), in no particular order. A key
+    written and written back (learn then unlearn) is still listed: its value is simply the
+    same as before.
+``stat_keys()``, ``stat_value(key)``
+    every key with a value, and a key's current value.
+``set_stat_values({key: value})``
+    give keys their values, exactly (the counts are integers in float64, so nothing rounds);
+    keys not mentioned keep theirs.
+
+>>> from streamnb.models import make_model
+>>> slice_ = make_model("multinomial", alpha=1.0, repeated_words="count")
+>>> slice_.mark_changes()
+>>> slice_.learn_one({"win": 2, "cash": 1}, "spam")
+>>> sorted(slice_.changed_keys())
+[('token', 'cash'), ('token', 'win'), ('totals',)]
+>>> slice_.stat_value(("token", "win")), slice_.stat_value(("totals",))
+({'spam': 2.0}, {'n_docs': {'spam': 1.0}, 'totals': {'spam': 3.0}})
+>>> copy = make_model("multinomial", alpha=1.0, repeated_words="count")
+>>> copy.set_stat_values({k: slice_.stat_value(k) for k in slice_.stat_keys()})
+>>> copy.to_state() == slice_.to_state()
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from streamnb.models._base import StateError
+
+__all__ = ["MODEL_KEY", "TOTALS_KEY", "add_values", "replace_part", "token_key"]
+
+TOTALS_KEY: tuple = ("totals",)
+MODEL_KEY: tuple = ("model",)
+
+
+def token_key(token: Any) -> tuple:
+    return ("token", token)
+
+
+def _counts(value: Any, key: Any) -> dict[str, float]:
+    """``value`` as ``{label: float count}`` (None: no counts); StateError names ``key``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise StateError(f"corrupt statistics value for {key!r}: expected {{label: count}}")
+    out = {}
+    for label, count in value.items():
+        kind = type(count)
+        if type(label) is not str or kind not in (float, int):
+            if not isinstance(label, str):
+                raise StateError(
+                    f"corrupt statistics value for {key!r}: expected {{label: count}}")
+            if isinstance(count, bool) or not isinstance(count, int | float):
+                raise StateError(
+                    f"corrupt statistics value for {key!r}: {count!r} is not a number")
+        out[label] = float(count)
+    return out
+
+
+def add_values(key: tuple, value: Any, change: Any, sign: float = 1.0) -> Any:
+    """``value`` plus ``sign`` times ``change``, for two values of the text-model ``key``
+    (None is zero); the result is None when every count is zero.
+
+    >>> add_values(("token", "a"), {"spam": 2.0}, {"spam": 2.0, "ham": 1.0}, -1.0)
+    {'ham': -1.0}
+    """
+    if key == TOTALS_KEY:
+        value = value or {}
+        change = change or {}
+        parts = {
+            part: add_values(("token", part), value.get(part), change.get(part), sign)
+            for part in ("n_docs", "totals")
+        }
+        parts = {part: counts or {} for part, counts in parts.items()}
+        return parts if any(parts.values()) else None
+    total = _counts(value, key)
+    for label, count in _counts(change, key).items():
+        total[label] = total.get(label, 0.0) + sign * count
+    kept = {label: count for label, count in sorted(total.items()) if count != 0}
+    return kept or None
+
+
+def replace_part(key: tuple, total: Any, old: Any, new: Any) -> Any:
+    """``total - old + new`` for three values of the text-model ``key`` (None is zero): a sum
+    of slices after one slice's ``key`` went from ``old`` to ``new``. Exact for integer
+    counts, in any order.
+
+    >>> replace_part(("token", "a"), {"spam": 5.0, "ham": 1.0}, {"spam": 2.0}, {"ham": 2.0})
+    {'ham': 3.0, 'spam': 3.0}
+    """
+    if key == TOTALS_KEY:
+        total, old, new = total or {}, old or {}, new or {}
+        parts = {part: replace_part(("token", part), total.get(part), old.get(part),
+                                    new.get(part)) or {} for part in ("n_docs", "totals")}
+        return parts if any(parts.values()) else None
+    out = _counts(total, key)
+    for label, count in _counts(old, key).items():
+        out[label] = out.get(label, 0.0) - count
+    for label, count in _counts(new, key).items():
+        out[label] = out.get(label, 0.0) + count
+    return {label: count for label, count in sorted(out.items()) if count != 0} or None
+
+
+class KeyedTextStatistics:
+    """The keyed view of a :class:`~streamnb.models._text.TextModel`'s counts (a mixin).
+
+    Change tracking costs nothing until :meth:`mark_changes` is first called: the update
+    paths add the rows they write to ``_changed_rows`` only when it is a set.
+    """
+
+    _changed_rows: set | None
+    _totals_changed: bool
+
+    def mark_changes(self) -> None:
+        self._changed_rows = set()
+        self._totals_changed = False
+
+    def changed_keys(self) -> list[tuple]:
+        if self._changed_rows is None:
+            raise RuntimeError("changed_keys() before mark_changes(): nothing is tracked")
+        keys = [token_key(self._keys[row]) for row in self._changed_rows]
+        if self._totals_changed:
+            keys.append(TOTALS_KEY)
+        return keys
+
+    def _note_rows(self, rows) -> None:
+        """Called by the update paths with the rows they wrote (when tracking)."""
+        self._changed_rows.update(rows.tolist() if isinstance(rows, np.ndarray) else rows)
+        self._totals_changed = True
+
+    def stat_keys(self) -> list[tuple]:
+        keys = [token_key(self._keys[row]) for row in self._vocabulary_rows().tolist()]
+        if self._n_docs.any() or self._totals.any():
+            keys.append(TOTALS_KEY)
+        return keys
+
+    def stat_value(self, key: tuple) -> Any:
+        labels = self._labels
+        if key == TOTALS_KEY:
+            n_docs = {labels[c]: n for c, n in enumerate(self._n_docs.tolist()) if n}
+            totals = {labels[c]: t for c, t in enumerate(self._totals.tolist()) if t}
+            if not (n_docs or totals):
+                return None
+            return {"n_docs": dict(sorted(n_docs.items())), "totals": dict(sorted(totals.items()))}
+        if len(key) != 2 or key[0] != "token":
+            raise KeyError(key)
+        row = self._index.get(key[1])
+        if row is None:
+            return None
+        counts = {labels[c]: n for c, n in enumerate(self._counts[row].tolist()) if n}
+        return dict(sorted(counts.items())) or None
+
+    def set_stat_values(self, values: Mapping[tuple, Any]) -> None:
+        """Give each key of ``values`` its value (None: all zeros), exactly, keeping every
+        derived quantity (vocabulary size, caches, Bernoulli's running sums) consistent."""
+        tokens: list = []
+        token_counts: list[dict[str, float]] = []
+        totals = None
+        for key, value in values.items():
+            if key == TOTALS_KEY:
+                totals = value or {}
+                if not isinstance(totals, Mapping):
+                    raise StateError(f"corrupt statistics value for {key!r}")
+                totals = {part: _counts(totals.get(part), (*key, part))
+                          for part in ("n_docs", "totals")}
+            elif isinstance(key, tuple) and len(key) == 2 and key[0] == "token":
+                tokens.append(self._checked_token(key[1]))
+                token_counts.append(_counts(value, key))
+            else:
+                raise StateError(f"unknown statistics key {key!r} for a {self.kind} model")
+        for counts in [*token_counts, *(totals.values() if totals else ())]:
+            for label in counts:
+                self._column_of(label)
+        if tokens:
+            self._set_rows(tokens, token_counts)
+        if totals is not None:
+            column = self._column
+            self._n_docs[:] = 0.0
+            self._totals[:] = 0.0
+            for label, n in totals["n_docs"].items():
+                self._n_docs[column[label]] = n
+            for label, t in totals["totals"].items():
+                self._totals[column[label]] = t
+            self._negative_docs = int(np.count_nonzero(self._n_docs < 0))
+            self._active = None
+            self._log_prior_cache = None
+            self._invalidate(None)
+            if self._changed_rows is not None:
+                self._totals_changed = True
+
+    def _checked_token(self, token: Any) -> Any:
+        if self.n_buckets is None:
+            if type(token) is not str:
+                raise StateError(f"corrupt statistics key: token {token!r} is not a str")
+        elif isinstance(token, bool) or not isinstance(token, int) or not (
+            0 <= token < self.n_buckets
+        ):
+            raise StateError(f"corrupt statistics key: bucket {token!r} outside range(n_buckets)")
+        return token
+
+    def _set_rows(self, tokens: list, token_counts: list[dict[str, float]]) -> None:
+        if len(set(tokens)) != len(tokens):
+            raise StateError("corrupt statistics: a token is set twice")
+        rows = self._rows_creating(tokens)
+        column = self._column
+        new = np.zeros((len(tokens), len(self._labels)))
+        for i, counts in enumerate(token_counts):
+            for label, count in counts.items():
+                new[i, column[label]] = count
+        old = self._counts[rows]
+        self._counts[rows] = new
+        # The short path copies these rows back from the array before it reads them.
+        self._stale[rows] = True
+        self._any_stale = True
+        drop = self._row_cache.pop
+        for row in rows.tolist():
+            drop(row, None)
+        nnz_old = np.count_nonzero(old, axis=1)
+        nnz_new = np.count_nonzero(new, axis=1)
+        self._nnz[rows] = nnz_new
+        self._vocab += int(np.count_nonzero(nnz_new)) - int(np.count_nonzero(nnz_old))
+        self._n_negative += int(np.count_nonzero(new < 0)) - int(np.count_nonzero(old < 0))
+        if self._tracks_updates():
+            for c in range(len(self._labels)):
+                self._after_update(c, old[:, c], new[:, c])
+        self._invalidate(None)
+        self._lookup_cache = None
+        if self._changed_rows is not None:
+            self._note_rows(rows)
+
+
+class KeyedWholeModel:
+    """The keyed view of a model whose statistics are one key, ``("model",)`` (a mixin)."""
+
+    _model_changed: bool | None = None
+
+    def mark_changes(self) -> None:
+        self._model_changed = False
+
+    def changed_keys(self) -> list[tuple]:
+        if self._model_changed is None:
+            raise RuntimeError("changed_keys() before mark_changes(): nothing is tracked")
+        return [MODEL_KEY] if self._model_changed else []
+
+    def _note_change(self) -> None:
+        if self._model_changed is not None:
+            self._model_changed = True
+
+    def stat_keys(self) -> list[tuple]:
+        return [MODEL_KEY] if self.stat_value(MODEL_KEY) is not None else []
+
+    def stat_value(self, key: tuple) -> Any:
+        if key != MODEL_KEY:
+            raise KeyError(key)
+        state = self.to_state()
+        return state if state.get("classes") else None
+
+    def set_stat_values(self, values: Mapping[tuple, Any]) -> None:
+        for key in values:
+            if key != MODEL_KEY:
+                raise StateError(f"unknown statistics key {key!r} for a {self.kind} model")
+        if MODEL_KEY not in values:
+            return
+        value = values[MODEL_KEY]
+        if value is not None:
+            if not isinstance(value, Mapping):
+                raise StateError(f"corrupt statistics value for {MODEL_KEY!r}")
+            # the statistics, under this model's (scoring) options
+            value = {**value, "options": self.options()}
+        fresh = type(self)(**self.options()) if value is None else type(self).from_state(value)
+        tracking = self._model_changed
+        self.__dict__.update(fresh.__dict__)
+        self._model_changed = tracking
+        self._note_change()

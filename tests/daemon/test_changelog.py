@@ -1,0 +1,187 @@
+"""A slice <-> its changelog records: the properties failover and the global model rely on."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamnb.daemon.changelog import (
+    ChangelogError,
+    all_records,
+    apply_records,
+    changed_records,
+    decode,
+    slice_record,
+)
+from streamnb.daemon.feedback import FeedbackStore, decide
+from streamnb.daemon.partitions import Partitions
+from streamnb.models import make_model
+
+WORDS = st.sampled_from(["win", "cash", "lunch", "today", "prize", "hi", "meet", "x"])
+MESSAGE = st.dictionaries(WORDS, st.integers(1, 3), max_size=5)
+LABEL = st.sampled_from(["ham", "spam"])
+IDS = st.sampled_from([f"m{i}" for i in range(12)])
+# What a partition's owner does: a message (labelled or not) or feedback for an id.
+EVENT = st.one_of(
+    st.tuples(st.just("message"), IDS, MESSAGE, st.one_of(st.none(), LABEL)),
+    st.tuples(st.just("feedback"), IDS, st.just(None), LABEL),
+)
+# Events in commits: each inner list is applied, then its changed keys are committed.
+COMMITS = st.lists(st.lists(EVENT, max_size=8), max_size=8)
+KINDS = ["multinomial", "bernoulli"]
+
+
+def run(model, store, event) -> None:
+    """The daemon's processing of one event, as far as the slice is concerned."""
+    kind, msg_id, x, label = event
+    entry = store.get(msg_id)
+    if kind == "message" and entry is None:
+        if label is not None:
+            model.learn_one(x, label)
+        store.remember(msg_id, "in:0", x, label)
+        return
+    if entry is None or label is None:
+        return
+    outcome = decide(entry, label)
+    if outcome == "relabelled":
+        model.unlearn_one(entry.x, entry.label)
+    if outcome in ("learned", "relabelled"):
+        model.learn_one(entry.x, label)
+        store.set_label(msg_id, label)
+
+
+def owner_log(kind: str, commits, max_ids: int):
+    """The live slice after ``commits``, and the changelog its commits wrote."""
+    model, store = make_model(kind), FeedbackStore(max_ids=max_ids)
+    model.mark_changes()
+    store.mark_changes()
+    log = []
+    for events in commits:
+        for event in events:
+            run(model, store, event)
+        log.extend(changed_records(model, store))
+        model.mark_changes()
+        store.mark_changes()
+    return model, store, log
+
+
+def compact(log):
+    """What log compaction keeps: the last record of each key, in log order (tombstones may
+    be kept or dropped; both are tried)."""
+    last = {key: i for i, (key, _) in enumerate(log)}
+    return [record for i, record in enumerate(log) if last[record[0]] == i]
+
+
+def same_store(a: FeedbackStore, b: FeedbackStore) -> bool:
+    return orjson.dumps(a.to_state()["entries"]) == orjson.dumps(b.to_state()["entries"])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(commits=COMMITS, max_ids=st.integers(2, 6), drop_tombstones=st.booleans())
+@settings(max_examples=80, deadline=None)
+def test_a_slice_restored_from_the_compacted_log_equals_the_live_slice(
+        kind, commits, max_ids, drop_tombstones):
+    model, store, log = owner_log(kind, commits, max_ids)
+    compacted = compact(log)
+    if drop_tombstones:
+        compacted = [(k, v) for k, v in compacted if v is not None]
+    restored, restored_store = make_model(kind), FeedbackStore(max_ids=max_ids)
+    apply_records(restored, restored_store, "in:0", compacted)
+    restored_store.order_by_arrival()
+    assert restored.to_state() == model.to_state()
+    assert same_store(restored_store, store)
+    # and the restored slice goes on exactly as the live one: same evictions, same learning
+    more = [("message", f"n{i}", {"hi": 1}, "ham") for i in range(3)]
+    for event in more:
+        run(model, store, event)
+        run(restored, restored_store, event)
+    assert same_store(restored_store, store) and restored.to_state() == model.to_state()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(commits=COMMITS, split=st.integers(0, 100))
+@settings(max_examples=80, deadline=None)
+def test_applying_the_same_records_twice_equals_once(kind, commits, split):
+    model, store, log = owner_log(kind, commits, 5)
+    once, once_store = make_model(kind), FeedbackStore(max_ids=5)
+    apply_records(once, once_store, "in:0", log)
+    twice, twice_store = make_model(kind), FeedbackStore(max_ids=5)
+    cut = split % (len(log) + 1)
+    # a reader that replays a prefix again (it crashed after applying it) then reads on
+    apply_records(twice, twice_store, "in:0", log[:cut])
+    apply_records(twice, twice_store, "in:0", log)
+    apply_records(twice, twice_store, "in:0", log)
+    for reader, reader_store in ((once, once_store), (twice, twice_store)):
+        reader_store.order_by_arrival()
+        assert reader.to_state() == model.to_state()
+        assert same_store(reader_store, store)
+
+
+@pytest.mark.parametrize("kind", KINDS + ["gda"])
+def test_slice_to_records_and_back(kind):
+    model, store = make_model(kind), FeedbackStore()
+    x = [1.0, 2.0] if kind == "gda" else {"win": 2, "cash": 1}
+    y = [0.5, 1.0] if kind == "gda" else {"lunch": 1}
+    model.learn_one(x, "spam")
+    model.learn_one(y, "ham")
+    store.remember("a", "in:0", x, "spam")
+    store.remember("b", "in:0", y, None)
+    copy, copy_store = make_model(kind), FeedbackStore()
+    apply_records(copy, copy_store, "in:0", all_records(model, store))
+    assert copy.to_state() == model.to_state()
+    assert same_store(copy_store, store)
+
+
+@given(slices=st.lists(COMMITS, min_size=2, max_size=3))
+@settings(max_examples=40, deadline=None)
+def test_the_global_model_is_the_sum_of_slices_read_from_their_changelogs(slices):
+    """A daemon owning none of the partitions, tailing every changelog commit by commit,
+    holds exactly the sum of the owners' slices."""
+    reader = Partitions(lambda: make_model("multinomial"), lambda key: FeedbackStore(max_ids=5))
+    owners = [owner_log("multinomial", commits, 5) for commits in slices]
+    for p, (_, _, log) in enumerate(owners):
+        for i in range(0, len(log), 3):  # in polls of a few records
+            reader.apply_remote(f"in:{p}", log[i:i + 3])
+    total = make_model("multinomial")
+    for model, _, _ in owners:
+        total += model
+    assert reader.live.to_state() == total.to_state()
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        (b"not json", b"{}", "undecodable changelog record"),
+        (b'[2,"token","a"]', b"{}", "not a streamnb changelog key of format 1"),
+        (b'[1,"vector","a"]', b"{}", "unknown changelog record kind"),
+        (b'[1,"feedback","m"]', b'{"label": 3}', "corrupt feedback entry"),
+        (b'[1,"token","a"]', b'{"spam": "x"}', "cannot be applied"),
+        (b'[1,"token","a"]', b"\xff", "undecodable changelog record"),
+    ],
+)
+def test_an_undecodable_record_is_an_error_naming_where(key, value, message):
+    with pytest.raises(ChangelogError, match=message) as error:
+        apply_records(make_model("multinomial"), FeedbackStore(), "in:0", [(key, value)],
+                      where="changelog in-changelog:0 offset 7")
+    assert "in-changelog:0 offset 7" in str(error.value)
+
+
+@pytest.mark.parametrize("other", [("bernoulli", {}), ("multinomial", {"n_buckets": 64}),
+                                   ("multinomial", {"repeated_words": "binary"})])
+def test_a_changelog_of_counts_that_mean_something_else_is_refused(other):
+    kind, options = other
+    writer = make_model(kind, **options)
+    writer.learn_one({"win": 1}, "spam")
+    records = [*all_records(writer, FeedbackStore()), slice_record(writer)]
+    with pytest.raises(ChangelogError, match="the changelog holds the counts of"):
+        apply_records(make_model("multinomial"), FeedbackStore(), "in:0", records)
+    same = make_model(kind, **options)  # and the model it was written with reads it
+    apply_records(same, FeedbackStore(), "in:0", records)
+    assert same.to_state() == writer.to_state()
+
+
+def test_decode_tells_stats_from_feedback():
+    assert decode(b'[1,"totals"]', None, "x") == ("stat", ("totals",), None)
+    assert decode(b'[1,"feedback","m1"]', None, "x") == ("feedback", "m1", None)

@@ -1,0 +1,320 @@
+"""Several daemons in one group on the real broker: one model, exactly-once outputs, failover
+and scaling without replay, fencing, and the changelog checks at start."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from streamnb.codec import Message
+from streamnb.daemon.changelog import changelog_topic
+from streamnb.daemon.kafka_io import create_topics, end_offsets, produce, read_all
+from streamnb.pipeline import build_pipeline
+from tests.integration.harness import (
+    DaemonProcess,
+    changelog_model,
+    committed,
+    feedback,
+    sms,
+    started_partitions,
+    value,
+    wait_caught_up,
+    wait_for,
+    write_config,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(400)]
+
+PARTITIONS = 6
+
+
+def offline_model(final: dict[str, str], texts: dict[str, str]):
+    pipeline = build_pipeline({"kind": "multinomial"}, {})
+    model = pipeline.model
+    for msg_id in sorted(final):
+        model.learn_one(pipeline.prepare(Message(id=msg_id, text=texts[msg_id])).x, final[msg_id])
+    return model, pipeline
+
+
+def labelled_stream(rows, seed: int):
+    """(key, value) records: labelled and unlabelled messages, late labels and corrections,
+    and the final label of each id."""
+    rng = random.Random(seed)
+    stream, final, texts = [], {}, {}
+    for msg_id, label, text in rows:
+        texts[msg_id] = text
+        if rng.random() < 0.7:
+            stream.append((msg_id.encode(), value(msg_id, text, label)))
+            final[msg_id] = label
+        else:
+            stream.append((msg_id.encode(), value(msg_id, text)))
+        if rng.random() < 0.15 and len(texts) > 10:  # a late label, or a correction
+            old = rng.choice(list(texts)[:-5])
+            new = rng.choice(["ham", "spam"])
+            stream.append((old.encode(), feedback(old, new)))
+            final[old] = new
+    return stream, final, texts
+
+
+class Group:
+    """The daemons of one group, each with its own config (member id, transactional id)."""
+
+    def __init__(self, tmp_path: Path, bootstrap: str, prefix: str):
+        self.tmp_path, self.bootstrap, self.prefix = tmp_path, bootstrap, prefix
+        self.live: dict[str, DaemonProcess] = {}
+        self.all: list[DaemonProcess] = []
+        self.started = 0
+
+    def start(self, member: str | None = None) -> DaemonProcess:
+        self.started += 1
+        member = member or f"m{self.started}"
+        directory = self.tmp_path / f"d{self.started}-{member}"
+        directory.mkdir()
+        config = write_config(directory, self.bootstrap, self.prefix, member=member,
+                              every_seconds=0.3, every_messages=200)
+        daemon = DaemonProcess(config, directory / "daemon.log")
+        daemon.member = member
+        self.live[member] = daemon
+        self.all.append(daemon)
+        return daemon
+
+    def kill(self, member: str) -> None:
+        self.live.pop(member).kill()
+
+    def holdings(self, daemon: DaemonProcess) -> set[str]:
+        """The partitions a daemon holds now, replayed from its assigned/revoked log lines."""
+        held: set[str] = set()
+        for event in daemon.events():
+            if event.get("event") == "assigned":
+                held |= set(event["partitions"])
+            elif event.get("event") in ("revoked", "lost"):
+                held -= set(event["partitions"])
+        return held
+
+    def wait_all_hold_partitions(self, timeout: float = 90.0) -> None:
+        def every_daemon_holds():
+            for daemon in self.live.values():
+                daemon._check_alive()
+            held = [self.holdings(d) for d in self.live.values()]
+            return all(held) and len(set().union(*held)) == PARTITIONS and sum(
+                map(len, held)) == PARTITIONS
+
+        wait_for(every_daemon_holds, timeout,
+                 f"each of {sorted(self.live)} to hold partitions, all {PARTITIONS} held once",
+                 every=0.2)
+
+
+def progress(bootstrap: str, prefix: str) -> int:
+    return sum(committed(bootstrap, prefix).values())
+
+
+def test_many_daemons_one_model_exactly_once_with_kills_and_scaling(
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+):
+    rows = sms(data_dir)[:3600]
+    stream, final, texts = labelled_stream(rows, seed=5)
+    unlabelled = [k.decode() for k, v in stream if b'"label"' not in v and b'"feedback"' not in v]
+    create_topics(kafka_bootstrap, {f"{topic_prefix}-in": PARTITIONS,
+                                    f"{topic_prefix}-out": 2, f"{topic_prefix}-dlq": 1})
+    topic = f"{topic_prefix}-in"
+    thirds = [stream[: len(stream) // 3], stream[len(stream) // 3: 2 * len(stream) // 3],
+              stream[2 * len(stream) // 3:]]
+    group = Group(tmp_path, kafka_bootstrap, topic_prefix)
+    rng = random.Random()
+
+    # 1 daemon: it learns the first third; every partition is committed before any kill.
+    produce(kafka_bootstrap, topic, thirds[0])
+    group.start()
+    wait_for(lambda: len(committed(kafka_bootstrap, topic_prefix)) == PARTITIONS, 90,
+             "a commit of every partition", every=0.2)
+
+    # The rest arrives while the group changes: at a pace that keeps every daemon busy.
+    rest = thirds[1] + thirds[2]
+    producer = threading.Thread(
+        target=produce, args=(kafka_bootstrap, topic, rest), kwargs={"rate": 150.0})
+    producer.start()
+
+    # 1 -> 3: two daemons start together while the first is busy.
+    group.start()
+    group.start()
+    group.wait_all_hold_partitions()
+
+    # kill -9 a random daemon at random moments of the rest; replace it (by a daemon with the
+    # same member id: it fences the dead one's transaction at once, or by a new member: the
+    # group waits for the dead one's session to expire).
+    done = len(thirds[0])
+    targets = sorted(done + rng.uniform(0.1, 0.8) * len(rest) for _ in range(3))
+    for i, target in enumerate(targets):
+        wait_for(lambda t=target: progress(kafka_bootstrap, topic_prefix) >= t, 120,
+                 f"the commits to pass {target:.0f}", every=0.1)
+        victim = rng.choice(sorted(group.live))
+        group.kill(victim)
+        group.start(victim if i % 2 == 0 else None)
+        group.wait_all_hold_partitions()
+    producer.join()
+    # the kills landed while records were still arriving and being processed
+    assert progress(kafka_bootstrap, topic_prefix) >= targets[-1]
+
+    # 3 -> 2: one daemon stops (SIGTERM: it commits, then leaves).
+    leaving = rng.choice(sorted(group.live))
+    code, _ = group.live.pop(leaving).terminate(timeout=30)
+    assert code == 0
+    group.wait_all_hold_partitions()
+    wait_caught_up(kafka_bootstrap, topic_prefix, list(group.live.values()), timeout=180)
+
+    # The changelog holds exactly the offline model of every final label, each once.
+    want, pipeline = offline_model(final, texts)
+    got = changelog_model(kafka_bootstrap, topic_prefix)
+    assert got.n_updates == want.n_updates == len(final)
+    assert got.to_state() == want.to_state()
+
+    # Every daemon predicts with that same global model: probes on every partition are scored
+    # with all labels (once each daemon has read its peers' last commits).
+    def probes_scored_by_the_full_model(round_=[0]):  # noqa: B006 - a counter across calls
+        round_[0] += 1
+        probes = {f"probe-{round_[0]}-{p}": (rows[p][2], p) for p in range(PARTITIONS)}
+        produce(kafka_bootstrap, topic,
+                [(m.encode(), value(m, text), p) for m, (text, p) in probes.items()])
+        out = read_all(kafka_bootstrap, f"{topic_prefix}-out",
+                       until=lambda r: probes.keys() <= {x.key.decode() for x in r},
+                       timeout=30)
+        scored = {r.key.decode(): orjson.loads(r.value) for r in out
+                  if r.key.decode() in probes}
+        for m, prediction in scored.items():
+            if prediction["model_updates"] != len(final):
+                return False
+            assert prediction["model"] == "global"
+            assert prediction["model_partitions"] == PARTITIONS
+            x = pipeline.prepare(Message(id=m, text=probes[m][0])).x
+            expected = want.predict_proba_one(x)
+            for label, p in prediction["probabilities"].items():
+                assert abs(p - expected[label]) < 1e-9, (m, prediction, expected)
+        return len(scored) == PARTITIONS
+
+    wait_for(probes_scored_by_the_full_model, 90, "probes scored by the whole model", every=1)
+
+    # A read_committed reader sees each unlabelled id's prediction exactly once.
+    out = read_all(kafka_bootstrap, f"{topic_prefix}-out",
+                   until=lambda r: len(r) >= len(unlabelled), timeout=60)
+    counts = Counter(r.key.decode() for r in out if not r.key.startswith(b"probe-"))
+    assert counts == Counter(unlabelled)
+
+    # No daemon read an input partition from its start after its first assignment: only the
+    # first daemon started partitions (it held them all, and every one was committed before
+    # anyone else joined or was killed).
+    assert sorted(started_partitions(group.all[:1])) == sorted(
+        f"{topic}:{p}" for p in range(PARTITIONS))
+    assert started_partitions(group.all[1:]) == []
+    for daemon in group.live.values():
+        daemon.terminate(timeout=30)
+
+
+def test_a_zombie_with_the_same_transactional_id_is_fenced_and_writes_nothing(
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+):
+    rows = sms(data_dir)[:1500]
+    stream, final, texts = labelled_stream(rows, seed=9)
+    unlabelled = [k.decode() for k, v in stream if b'"label"' not in v and b'"feedback"' not in v]
+    create_topics(kafka_bootstrap, {f"{topic_prefix}-{s}": n for s, n in
+                                    (("in", 2), ("out", 1), ("dlq", 1))})
+    topic = f"{topic_prefix}-in"
+    produce(kafka_bootstrap, topic, stream[: len(stream) // 2])
+    group = Group(tmp_path, kafka_bootstrap, topic_prefix)
+    zombie = group.start("same")
+    wait_for(lambda: progress(kafka_bootstrap, topic_prefix) > 0, 60, "a first commit")
+    os.kill(zombie.proc.pid, signal.SIGSTOP)  # frozen mid-work: a zombie
+    try:
+        group.live.pop("same")
+        replacement = group.start("same")  # same member id, same transactional id
+        produce(kafka_bootstrap, topic, stream[len(stream) // 2:])
+        wait_caught_up(kafka_bootstrap, topic_prefix, replacement, timeout=120)
+    finally:
+        os.kill(zombie.proc.pid, signal.SIGCONT)
+    assert zombie.proc.wait(timeout=60) == 4  # fenced
+    assert any(e.get("event") == "exiting" and e.get("code") == 4 for e in zombie.events())
+    wait_caught_up(kafka_bootstrap, topic_prefix, replacement, timeout=60)
+    replacement.terminate()
+    want, _ = offline_model(final, texts)
+    assert changelog_model(kafka_bootstrap, topic_prefix).to_state() == want.to_state()
+    out = read_all(kafka_bootstrap, f"{topic_prefix}-out",
+                   until=lambda r: len(r) >= len(unlabelled), timeout=60)
+    assert Counter(r.key.decode() for r in out) == Counter(unlabelled)
+
+
+def run_once(tmp_path, kafka_bootstrap, topic_prefix, timeout=60):
+    config = write_config(tmp_path, kafka_bootstrap, topic_prefix)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0)
+    code = daemon.proc.wait(timeout=timeout)
+    return code, daemon.log_path.read_text()
+
+
+@pytest.mark.parametrize("problem", ["partitions", "policy"])
+def test_a_changelog_topic_that_cannot_hold_the_state_is_refused_naming_it(
+    tmp_path, kafka_bootstrap, topic_prefix, problem
+):
+    create_topics(kafka_bootstrap, {f"{topic_prefix}-in": 3})
+    name = changelog_topic(f"{topic_prefix}-group", f"{topic_prefix}-in")
+    if problem == "partitions":
+        create_topics(kafka_bootstrap, {name: 2})
+    else:
+        create_topics(kafka_bootstrap, {name: 3})  # the broker default: cleanup.policy=delete
+    code, log = run_once(tmp_path, kafka_bootstrap, topic_prefix)
+    assert code == 2
+    expected = "has 2 partition(s) but input topic" if problem == "partitions" else \
+        "has cleanup.policy=delete"
+    assert f"changelog topic {name} {expected}" in log
+
+
+def test_an_undecodable_changelog_record_stops_the_daemon_naming_it(
+    tmp_path, kafka_bootstrap, topic_prefix
+):
+    create_topics(kafka_bootstrap, {f"{topic_prefix}-in": 2, f"{topic_prefix}-out": 1,
+                                    f"{topic_prefix}-dlq": 1})
+    config = write_config(tmp_path, kafka_bootstrap, topic_prefix)
+    daemon = DaemonProcess(config, tmp_path / "first.log")
+    daemon.wait_assigned()
+    produce(kafka_bootstrap, f"{topic_prefix}-in",
+            [(b"a", value("a", "win cash now", "spam"), 1)])
+    wait_caught_up(kafka_bootstrap, topic_prefix, daemon)
+    assert daemon.terminate()[0] == 0
+    name = changelog_topic(f"{topic_prefix}-group", f"{topic_prefix}-in")
+    produce(kafka_bootstrap, name, [(b'[1,"token","x"]', b"\x00 not json", 1)])
+    bad = end_offsets(kafka_bootstrap, name)[(name, 1)] - 1
+    code, log = run_once(tmp_path, kafka_bootstrap, topic_prefix)
+    assert code == 5
+    assert f"changelog {name}:1 offsets" in log and str(bad) in log
+    assert "undecodable changelog record" in log
+
+
+def test_daemons_started_together_all_end_up_holding_partitions_under_load(
+    tmp_path, kafka_bootstrap, topic_prefix
+):
+    """Three daemons started at the same moment, on a machine kept busy, three times over:
+    each ends up holding partitions (a daemon whose rejoin stalls exits 3 and its supervisor
+    restarts it; none sits in the group without an assignment)."""
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        for round_ in range(3):
+            prefix = f"{topic_prefix}r{round_}"
+            create_topics(kafka_bootstrap, {f"{prefix}-in": PARTITIONS, f"{prefix}-out": 1,
+                                            f"{prefix}-dlq": 1})
+            directory = tmp_path / f"round-{round_}"
+            directory.mkdir()
+            group = Group(directory, kafka_bootstrap, prefix)
+            for _ in range(3):
+                group.start()
+            group.wait_all_hold_partitions(timeout=120)
+            for daemon in group.live.values():
+                daemon.terminate(timeout=30)
+    finally:
+        burner.kill()
+        burner.wait()
