@@ -54,11 +54,12 @@ def hostile_inputs() -> dict[str, bytes]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     try:
         import fast_mail_parser
-    except ImportError:
-        sys.exit("pip install fast-mail-parser (or fast-mail-parser-ng) to measure it")
+    except ImportError:  # not a dependency: `make bench` goes on without it
+        print("fast_mail_parser is not installed: pip install fast-mail-parser to measure it")
+        return
     parse = fast_mail_parser.parse_email
     featurizer = Featurizer()
     clock = time.process_time
