@@ -157,7 +157,7 @@ class Featurizer:
             if name not in _ADDRESS_FIELDS:
                 # The words of all of a field's values at once (a mail has five Received
                 # lines): no word spans the newline between two values.
-                tokens += prefixed(prefix, "\n".join(values))
+                tokens += prefixed(prefix, values[0] if len(values) == 1 else "\n".join(values))
                 continue
             for value in values:
                 if "@" in value:

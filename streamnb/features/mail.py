@@ -387,7 +387,19 @@ def _parse_headers(
     """(lower-case name, raw value) of the header lines ``pattern`` picks, in order."""
     if not block:
         return []
-    return [(n.decode("ascii").lower(), v) for n, v in pattern.findall(block)]
+    names = _FIELD_NAMES
+    return [(names.get(n) or _field_name(n), v) for n, v in pattern.findall(block)]
+
+
+# Field name as written -> lower-case text: a stream's mail spells the same few hundred.
+_FIELD_NAMES: dict[bytes, str] = {}
+
+
+def _field_name(raw: bytes) -> str:
+    name = raw.decode("ascii").lower()
+    if len(_FIELD_NAMES) < 4096:  # bounded: a hostile stream may invent names without end
+        _FIELD_NAMES[raw] = name
+    return name
 
 
 def _encoded_word_charset(headers: list[tuple[str, bytes]]) -> str | None:

@@ -36,6 +36,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 from itertools import filterfalse
 
 from streamnb.features.mail import registrable_domain
@@ -97,16 +98,18 @@ def url_hosts(text: str) -> list[str]:
 
 def url_tokens(hosts: Iterable[str]) -> list[str]:
     """``url:<host>`` and, if different, ``url:<domain>`` for each host (``url:ip`` for IPs)."""
-    tokens = []
+    tokens: list[str] = []
     for host in hosts:
-        if _IP_RE.fullmatch(host):
-            tokens += ("url:ip", "url:" + host)
-            continue
-        tokens.append("url:" + host)
-        domain = registrable_domain(host)
-        if domain != host:
-            tokens.append("url:" + domain)
+        tokens += _host_tokens(host)
     return tokens
+
+
+@lru_cache(maxsize=4096)  # a stream links to the same few thousand hosts again and again
+def _host_tokens(host: str) -> tuple[str, ...]:
+    if _IP_RE.fullmatch(host):
+        return ("url:ip", "url:" + host)
+    domain = registrable_domain(host)
+    return ("url:" + host,) if domain == host else ("url:" + host, "url:" + domain)
 
 
 def osb_pairs(words: list[str], window: int) -> list[str]:

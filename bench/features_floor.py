@@ -1,0 +1,127 @@
+"""Where the featurizer's time goes on mail, and what bounds it: the C-level steps it needs.
+
+First the featurizer's own stages, each timed over the corpus: reading the mail, the body's
+words, URL tokens, header tokens, MIME tokens. Then, over the same messages (held in memory,
+already read once), only the calls into C that the default tokens need, with none of the
+Python around them: splitting and counting the body words, finding and counting the prefixed
+header words, the header regex, HTML to text (selectolax). Their sum is what a pure-Python
+featurizer of these tokens would cost if all its own code took no time; the standard-library
+peer's time over that sum bounds the ratio ``bench.bench_features`` can show. CPU time, best
+of ``--rounds`` passes.
+
+    python -m bench.features_floor [--rounds 5] [--corpus spamassassin]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.bench_features import load_corpus, stdlib_tokens  # noqa: E402
+from streamnb.features import Featurizer  # noqa: E402
+from streamnb.features.featurizer import _mime_tokens  # noqa: E402
+from streamnb.features.html import html_to_text  # noqa: E402
+from streamnb.features.mail import Budget, _wanted_headers  # noqa: E402
+from streamnb.features.tokenize import url_hosts, url_tokens  # noqa: E402
+
+
+def best_of(rounds: int, fn: Callable[[object], object], items: list) -> float:
+    """The least CPU seconds of ``rounds`` passes of ``fn`` over ``items``."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.process_time()
+        for item in items:
+            fn(item)
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", default="spamassassin")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    messages = load_corpus(args.corpus)
+    featurizer = Featurizer()
+    tokenizer, options = featurizer.tokenizer, featurizer.options
+    mails = [featurizer.read(raw) for raw in messages]
+    ascii_texts, other_texts = [], []
+    for mail in mails:
+        text = tokenizer._prepare(mail.text)
+        (ascii_texts if text.isascii() else other_texts).append(text)
+    header_texts = [  # per mail: (prefix, lower-case text) of each field tokenized
+        [
+            (name + ":", "\n".join(values).lower())
+            for name, values in mail.headers.items()
+            if name in options.header_fields
+        ]
+        for mail in mails
+    ]
+    html = [part.html for mail in mails for part in mail.parts if part.html is not None]
+    header_re = _wanted_headers(options.header_fields)
+    blocks = [raw.partition(b"\n\n")[0] for raw in messages]
+    separators, word_re = tokenizer._ascii_separators, tokenizer._word_re
+    ascii_word_re = tokenizer._ascii_word_re
+
+    def header_words(fields: list[tuple[str, str]]) -> Counter[str]:
+        tokens = []
+        for prefix, text in fields:
+            words = ascii_word_re.findall(text) if text.isascii() else word_re.findall(text)
+            if words:  # prefix + word, by C loops
+                tokens += (prefix + (" " + prefix).join(words)).split(" ")
+        return Counter(tokens)
+
+    steps = {
+        "body words, ASCII: translate+split+Counter": (
+            lambda t: Counter(t.translate(separators).split()),
+            ascii_texts,
+        ),
+        "body words, other: word regex+Counter": (
+            lambda t: Counter(word_re.findall(t)),
+            other_texts,
+        ),
+        "header words: regex+prefix+Counter": (header_words, header_texts),
+        "header block: field regex": (header_re.findall, blocks),
+        "HTML to text (selectolax)": (html_to_text, html),
+    }
+    n = len(messages)
+    print(f"{args.corpus}: {n} messages, best of {args.rounds} passes, CPU us per message")
+
+    def body_words(mail):
+        return featurizer._count(mail.text, Budget(options), urls=False)
+
+    def urls(mail):
+        return url_tokens(h for part in mail.parts for h in url_hosts(part.html or part.text))
+
+    stages = {
+        "read the mail (read_mail)": (featurizer.read, messages),
+        "body words": (body_words, mails),
+        "URL tokens": (urls, mails),
+        "header tokens (the list, not yet counted)": (featurizer._header_tokens, mails),
+        "MIME tokens": (_mime_tokens, mails),
+    }
+    for name, (fn, items) in stages.items():
+        print(f"  stage: {name:<45}{best_of(args.rounds, fn, items) / n * 1e6:7.1f}")
+    peer = best_of(args.rounds, stdlib_tokens, messages) / n * 1e6
+    whole = best_of(args.rounds, featurizer.from_raw, messages) / n * 1e6
+    floor = 0.0
+    for name, (fn, items) in steps.items():
+        spent = best_of(args.rounds, fn, items) / n * 1e6
+        floor += spent
+        print(f"  floor: {name:<45}{spent:7.1f}")
+    print(f"  {'sum of the C-level steps (the floor)':<52}{floor:7.1f}")
+    print(f"  {'featurizer (defaults), whole':<52}{whole:7.1f}")
+    print(f"  {'stdlib peer':<52}{peer:7.1f}")
+    print(f"peer / floor = {peer / floor:.2f}x at most; peer / featurizer = {peer / whole:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
