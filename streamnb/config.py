@@ -77,6 +77,15 @@ class ModelSettings:
     kind: str = "multinomial"
     labels: tuple[str, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Token expiry (text models): a slice over max_tokens tokens at a commit expires the least
+    # recently seen down to max(75 % of max_tokens, min(expiry_floor, max_tokens)), as
+    # SpamAssassin's bayes_expiry_max_db_size. 0: no expiry (no last-seen stamps).
+    max_tokens: int = 0
+    expiry_floor: int = 100_000
+
+    def expiry_keep(self) -> int:
+        """Tokens a slice keeps when it expires."""
+        return max(self.max_tokens * 3 // 4, min(self.expiry_floor, self.max_tokens))
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +161,12 @@ def _str(key: str, value: Any) -> str:
 def _positive_int(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         _fail(key, "a positive integer", value)
+    return value
+
+
+def _count(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        _fail(key, "an integer >= 0", value)
     return value
 
 
@@ -244,7 +259,8 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
     ),
     "model": (
         ModelSettings,
-        {"kind": _nonempty_str, "labels": _str_list(nonempty=False), "options": _table},
+        {"kind": _nonempty_str, "labels": _str_list(nonempty=False), "options": _table,
+         "max_tokens": _count, "expiry_floor": _count},
     ),
     "checkpoint": (
         CheckpointSettings,
@@ -340,6 +356,9 @@ def load_settings(
             fields[key] = checks[key](f"{table}.{key}", item)
         sections[table] = cls(**fields)
     settings = Settings(**sections)
+    if settings.model.max_tokens and settings.model.kind not in ("multinomial", "bernoulli"):
+        raise ConfigError(f"config: model.max_tokens applies to the text models (multinomial, "
+                          f"bernoulli), not {settings.model.kind!r}: remove it or set it to 0")
     kafka = settings.kafka
     topics = {kafka.output_topic, kafka.dead_letter_topic}
     clash = topics.intersection(kafka.input_topics)

@@ -159,8 +159,10 @@ class Daemon:
         self.max_value_bytes = settings.limits.max_value_bytes
 
         feedback = settings.feedback
+        self.max_tokens = settings.model.max_tokens
         self.parts = Partitions(
-            new_model, lambda key: FeedbackStore(feedback.max_ids, feedback.max_bytes))
+            self._new_slice_model if self.max_tokens else new_model,
+            lambda key: FeedbackStore(feedback.max_ids, feedback.max_bytes), new_live=new_model)
         self.offsets: dict[str, int] = {}  # owned key -> next offset processed
 
         self.lock = threading.RLock()
@@ -216,6 +218,12 @@ class Daemon:
     def parked(self) -> dict[str, Any]:
         """The remote slices' models (read from the changelog), by key."""
         return {key: part.model for key, part in self.parts.slices.items() if not part.owned}
+
+    def _new_slice_model(self) -> Any:
+        """A slice that can expire tokens: it stamps them with its step clock."""
+        model = self.new_model()
+        model.track_last_seen()
+        return model
 
     def _store(self, key: str) -> FeedbackStore:
         return self.parts.slices[key].store
@@ -703,7 +711,9 @@ class Daemon:
            full current value, or a tombstone) and of every feedback entry remembered,
            relabelled or evicted goes to the slice's changelog partition, in the transaction
            (with, the first time after taking the slice over, the record of what its counts
-           are: model kind and counting options).
+           are: model kind and counting options). With ``model.max_tokens``, a slice over
+           the budget first expires tokens (``Partitions.expire``): their tombstones are
+           among its changed keys, so the expiry is committed with the rest or not at all.
         3. The next input offset of every owned partition goes into the transaction with the
            group's metadata (``send_offsets_to_transaction``): a member of an older
            generation of the group is fenced here.
@@ -727,10 +737,14 @@ class Daemon:
             size = 0
             n_records = 0
             identified = []
+            expired = 0
             try:
                 # Step 2
                 for key, part in owned.items():
                     topic, partition = self.io.changelog_of(_tp(key))
+                    if self.max_tokens:  # token expiry: its tombstones join this commit
+                        expired += self.parts.expire(key, self.max_tokens,
+                                                     self.settings.model.expiry_keep())
                     records = changed_records(part.model, part.store)
                     if records and not part.identified:
                         records.append(slice_record(part.model))
@@ -763,12 +777,13 @@ class Daemon:
         )
         log.info(
             "commit (%s): %d record(s) since the last, %d changelog record(s) of %d slice(s), "
-            "%d bytes, %.3f s",
+            "%d bytes, %d token(s) expired, %.3f s",
             why,
             applied,
             n_records,
             len(owned),
             size,
+            expired,
             duration,
             extra={
                 "event": "checkpoint",
@@ -776,6 +791,7 @@ class Daemon:
                 "records": applied,
                 "changelog_records": n_records,
                 "bytes": size,
+                "expired_tokens": expired,
                 "seconds": round(duration, 4),
                 "offsets": {slice_key(tp): off for tp, off in offsets.items()},
             },
