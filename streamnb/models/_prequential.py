@@ -106,8 +106,8 @@ def _index_batch(model: MultinomialNB, occurrences: _Occurrences, ys: list) -> n
         new_keys = list(dict.fromkeys(keys[i] for i in missing.tolist()))
         model._key_bytes += sum(map(len, new_keys))
         model._add_rows(new_keys)
-        n_columns = len(model._labels)
-        model._row_counts.extend([0.0] * n_columns for _ in new_keys)
+        # Their lists are made on first use: the batch learns them, leaving the rows stale.
+        model._row_counts.extend([None] * len(new_keys))
         unknown = np.flatnonzero(occurrences.rows < 0)
         index_get = model._index.get
         occurrences.rows[unknown] = [index_get(keys[i], -1) for i in unknown.tolist()]
