@@ -13,8 +13,7 @@ produce it, the same for both). At every commit the run records the elapsed time
 since the start, the process RSS, the vocabulary of the slice, the changelog bytes written so
 far and the commit's seconds; at the end the prequential accuracy (labelled messages predicted
 right before being learned). Both settings run in fresh topics, one after the other, in this
-order:
-budget, then none.
+order: budget, then none.
 """
 
 from __future__ import annotations
