@@ -93,6 +93,15 @@ class ModelSettings:
     preset: str | None = None
     labels: tuple[str, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Token expiry (text models): a slice over max_tokens tokens at a commit expires the least
+    # recently seen down to max(75 % of max_tokens, min(expiry_floor, max_tokens)), as
+    # SpamAssassin's bayes_expiry_max_db_size. 0: no expiry (no last-seen stamps).
+    max_tokens: int = 0
+    expiry_floor: int = 100_000
+
+    def expiry_keep(self) -> int:
+        """Tokens a slice keeps when it expires."""
+        return max(self.max_tokens * 3 // 4, min(self.expiry_floor, self.max_tokens))
 
     def table(self) -> dict[str, Any]:
         """The flat model table (kind, preset, options) that build_pipeline and
@@ -320,6 +329,8 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
             "preset": _nonempty_str,
             "labels": _str_list(nonempty=False),
             "options": _table,
+            "max_tokens": _count,
+            "expiry_floor": _count,
         },
     ),
     "output": (OutputSettings, {"explain": _count}),
@@ -427,6 +438,9 @@ def load_settings(
     settings = Settings(**sections)
     _check_preset(settings.model)
     settings = Settings(**{**_as_dict(settings), "kafka": _resolve_security(settings.kafka, base)})
+    if settings.model.max_tokens and settings.model.kind not in ("multinomial", "bernoulli"):
+        raise ConfigError(f"config: model.max_tokens applies to the text models (multinomial, "
+                          f"bernoulli), not {settings.model.kind!r}: remove it or set it to 0")
     kafka = settings.kafka
     topics = {kafka.output_topic, kafka.dead_letter_topic}
     clash = topics.intersection(kafka.input_topics)

@@ -30,7 +30,9 @@ class Committer:
            full current value, or a tombstone) and of every feedback entry remembered,
            relabelled or evicted goes to the slice's changelog partition, in the transaction
            (with, the first time after taking the slice over, the record of what its counts
-           are: model kind and counting options).
+           are: model kind and counting options). With ``model.max_tokens``, a slice over
+           the budget first expires tokens (``Partitions.expire``): their tombstones are
+           among its changed keys, so the expiry is committed with the rest or not at all.
         3. The next input offset of every owned partition goes into the transaction with the
            group's metadata (``send_offsets_to_transaction``): a member of an older
            generation of the group is fenced here.
@@ -54,10 +56,14 @@ class Committer:
             size = 0
             n_records = 0
             identified = []
+            expired = 0
             try:
                 # Step 2
                 for key, part in owned.items():
                     topic, partition = self.io.changelog_of(tp_of(key))
+                    if self.max_tokens:  # token expiry: its tombstones join this commit
+                        expired += self.parts.expire(key, self.max_tokens,
+                                                     self.settings.model.expiry_keep())
                     records = changed_records(part.model, part.store)
                     if records and not part.identified:
                         records.append(slice_record(part.model))
@@ -90,12 +96,13 @@ class Committer:
         )
         log.info(
             "commit (%s): %d record(s) since the last, %d changelog record(s) of %d slice(s), "
-            "%d bytes, %.3f s",
+            "%d bytes, %d token(s) expired, %.3f s",
             why,
             applied,
             n_records,
             len(owned),
             size,
+            expired,
             duration,
             extra={
                 "event": "checkpoint",
@@ -103,6 +110,7 @@ class Committer:
                 "records": applied,
                 "changelog_records": n_records,
                 "bytes": size,
+                "expired_tokens": expired,
                 "seconds": round(duration, 4),
                 "offsets": {slice_key(tp): off for tp, off in offsets.items()},
             },

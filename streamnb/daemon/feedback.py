@@ -78,6 +78,9 @@ class FeedbackStore:
         # Ids remembered, relabelled or evicted since mark_changes() (None: not tracked).
         self._changed: set[str] | None = None
         self._unordered = False  # put() added an entry older than the newest
+        # One str per slice key, shared by its entries (the daemon names each record's slice
+        # afresh: a copy per entry would cost ~55 bytes a message).
+        self._slice_names: dict[str, str] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -105,6 +108,7 @@ class FeedbackStore:
         old = self._entries.pop(msg_id, None)
         if old is not None:
             self.nbytes -= self._size(msg_id, old)
+        slice_key = self._slice_names.setdefault(slice_key, slice_key)
         entry = Entry(slice_key, label, x_json, self._next_seq)
         self._next_seq += 1
         self._entries[msg_id] = entry

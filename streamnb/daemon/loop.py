@@ -126,8 +126,10 @@ class Daemon(RecordProcessor, Committer):
         self.max_value_bytes = settings.limits.max_value_bytes
 
         feedback = settings.feedback
+        self.max_tokens = settings.model.max_tokens
         self.parts = Partitions(
-            new_model, lambda key: FeedbackStore(feedback.max_ids, feedback.max_bytes))
+            self._new_slice_model if self.max_tokens else new_model,
+            lambda key: FeedbackStore(feedback.max_ids, feedback.max_bytes), new_live=new_model)
         self.offsets: dict[str, int] = {}  # owned key -> next offset processed
 
         self.lock = threading.RLock()
@@ -192,6 +194,12 @@ class Daemon(RecordProcessor, Committer):
     def parked(self) -> dict[str, Any]:
         """The remote slices' models (read from the changelog), by key."""
         return {key: part.model for key, part in self.parts.slices.items() if not part.owned}
+
+    def _new_slice_model(self) -> Any:
+        """A slice that can expire tokens: it stamps them with its step clock."""
+        model = self.new_model()
+        model.track_last_seen()
+        return model
 
     def _input_key(self, changelog_tp: TP) -> str:
         return slice_key((self._changelog_input[changelog_tp[0]], changelog_tp[1]))

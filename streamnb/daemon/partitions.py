@@ -67,11 +67,14 @@ class Slice:
 class Partitions:
     """The slices by key (``"topic:partition"``) and ``live``, their sum."""
 
-    def __init__(self, new_model: Callable[[], Any], new_store: Callable[[str], FeedbackStore]):
+    def __init__(self, new_model: Callable[[], Any], new_store: Callable[[str], FeedbackStore],
+                 new_live: Callable[[], Any] | None = None):
         self.new_model = new_model
         self.new_store = new_store
+        # The sum of several slices needs no last-seen stamps (only a slice's owner expires).
+        self.new_live = new_live or new_model
         self.slices: dict[str, Slice] = {}
-        self.live: Any = new_model()
+        self.live: Any = self.new_live()
 
     def slice(self, key: str) -> Slice:
         """The slice of ``key``, created empty (and remote) the first time."""
@@ -109,10 +112,25 @@ class Partitions:
     def learn(self, key: str, x: Any, label: str, unlearn: bool = False) -> None:
         """Add (or remove) one labelled input to an owned slice and to ``live``."""
         model = self.slices[key].model
+        if unlearn and getattr(model, "tracks_last_seen", False):
+            # What expiry left of it, so that live (a sum of slices) loses the same counts.
+            x = model.unlearnable_part(x, label)
         step = "unlearn_one" if unlearn else "learn_one"
         getattr(model, step)(x, label)
         if self.live is not model:
             getattr(self.live, step)(x, label)
+
+    def expire(self, key: str, max_tokens: int, keep: int) -> int:
+        """Expire tokens of the owned slice ``key`` if it holds more than ``max_tokens``
+        (``TextModel.expire``), and take the same counts out of ``live``; the slice's
+        changed keys then hold the tombstones. Returns how many tokens were expired."""
+        model = self.slices[key].model
+        before = model.expire(max_tokens, keep)
+        if before and self.live is not model:
+            live = self.live
+            live.set_stat_values({k: replace_part(k, live.stat_value(k), old, model.stat_value(k))
+                                  for k, old in before.items()})
+        return max(len(before) - 1, 0)  # the totals key is not a token
 
     def apply_remote(self, key: str, records: list, follow: bool = True) -> int:
         """Apply changelog records of a slice this daemon does not own (in log order).
@@ -154,7 +172,7 @@ class Partitions:
             # One partition in all: its slice *is* the global model, learned once.
             (self.live,) = models
             return
-        live = self.new_model()
+        live = self.new_live()
         for model in models:
             live += model
         self.live = live

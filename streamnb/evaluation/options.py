@@ -118,7 +118,9 @@ def model_table(config_model: dict[str, Any]) -> dict[str, Any]:
     >>> model_table({"kind": "bernoulli", "labels": ["ham", "spam"], "options": {"alpha": 0.5}})
     {'kind': 'bernoulli', 'alpha': 0.5}
     """
-    table = {key: value for key, value in config_model.items() if key not in ("labels", "options")}
+    # labels and the token budget are the daemon's (an offline replay has no use for them)
+    daemon_keys = ("labels", "options", "max_tokens", "expiry_floor")
+    table = {key: value for key, value in config_model.items() if key not in daemon_keys}
     options = config_model.get("options", {})
     if not isinstance(options, dict):
         raise OptionsError("[model.options] must be a table")

@@ -16,6 +16,13 @@ Keys are tuples:
 
 A value of ``None`` means the key is absent (all zeros): a tombstone in the changelog.
 
+A text model that tracks last-seen stamps (``track_last_seen()``, needed by token expiry)
+writes a token's value as ``{"counts": {label: count}, "seen": n}`` (n: the model's clock when a
+step last wrote the token) and adds ``"clock": n`` to the totals, so the stamps travel with the
+counts and every reader of the records holds the same stamps. A model that does not track them
+reads such values for their counts (and ignores the stamps); one that does reads a plain value
+as stamp 0 (seen before anything it remembers).
+
 The protocol (on :class:`~streamnb.models._base.Model`):
 
 ``mark_changes()``
@@ -52,7 +59,7 @@ import numpy as np
 
 from streamnb.models._base import StateError
 
-__all__ = ["MODEL_KEY", "TOTALS_KEY", "add_values", "replace_part", "token_key"]
+__all__ = ["MODEL_KEY", "TOTALS_KEY", "add_values", "replace_part", "split_seen", "token_key"]
 
 TOTALS_KEY: tuple = ("totals",)
 MODEL_KEY: tuple = ("model",)
@@ -62,10 +69,22 @@ def token_key(token: Any) -> tuple:
     return ("token", token)
 
 
+def split_seen(value: Any, key: Any) -> tuple[Any, int | None]:
+    """A token value's counts and its last-seen stamp (None: a plain ``{label: count}``)."""
+    if isinstance(value, Mapping) and "seen" in value and "counts" in value and len(value) == 2:
+        seen = value["seen"]
+        if isinstance(seen, bool) or not isinstance(seen, int) or seen < 0:
+            raise StateError(f"corrupt statistics value for {key!r}: bad last-seen stamp")
+        return value["counts"], seen
+    return value, None
+
+
 def _counts(value: Any, key: Any) -> dict[str, float]:
     """``value`` as ``{label: float count}`` (None: no counts); StateError names ``key``."""
     if value is None:
         return {}
+    if key != TOTALS_KEY and isinstance(value, Mapping) and "seen" in value:
+        value = split_seen(value, key)[0]
     if not isinstance(value, Mapping):
         raise StateError(f"corrupt statistics value for {key!r}: expected {{label: count}}")
     out = {}
@@ -102,7 +121,16 @@ def add_values(key: tuple, value: Any, change: Any, sign: float = 1.0) -> Any:
     for label, count in _counts(change, key).items():
         total[label] = total.get(label, 0.0) + sign * count
     kept = {label: count for label, count in sorted(total.items()) if count != 0}
-    return kept or None
+    return _with_seen(kept or None, value, change)
+
+
+def _with_seen(counts: Any, *values: Any) -> Any:
+    """``counts`` with the latest stamp of ``values`` when ``values[0]`` (the sum's value)
+    carries one: a sum of slices stamps a token with its most recent slice's stamp."""
+    if counts is None or split_seen(values[0], None)[1] is None:
+        return counts
+    stamps = [s for s in (split_seen(v, None)[1] for v in values) if s is not None]
+    return {"counts": counts, "seen": max(stamps)}
 
 
 def replace_part(key: tuple, total: Any, old: Any, new: Any) -> Any:
@@ -123,7 +151,8 @@ def replace_part(key: tuple, total: Any, old: Any, new: Any) -> Any:
         out[label] = out.get(label, 0.0) - count
     for label, count in _counts(new, key).items():
         out[label] = out.get(label, 0.0) + count
-    return {label: count for label, count in sorted(out.items()) if count != 0} or None
+    counts = {label: count for label, count in sorted(out.items()) if count != 0} or None
+    return _with_seen(counts, total, new)
 
 
 class KeyedTextStatistics:
@@ -139,11 +168,15 @@ class KeyedTextStatistics:
     def mark_changes(self) -> None:
         self._changed_rows = set()
         self._totals_changed = False
+        self._expired_keys = set()
 
     def changed_keys(self) -> list[tuple]:
         if self._changed_rows is None:
             raise RuntimeError("changed_keys() before mark_changes(): nothing is tracked")
-        keys = [token_key(self._keys[row]) for row in self._changed_rows]
+        tokens = {self._keys[row] for row in self._changed_rows}
+        # tokens whose rows were freed (expired): written as tombstones unless learned since
+        tokens.update(self._expired_keys)
+        keys = [token_key(token) for token in tokens]
         if self._totals_changed:
             keys.append(TOTALS_KEY)
         return keys
@@ -164,41 +197,62 @@ class KeyedTextStatistics:
         if key == TOTALS_KEY:
             n_docs = {labels[c]: n for c, n in enumerate(self._n_docs.tolist()) if n}
             totals = {labels[c]: t for c, t in enumerate(self._totals.tolist()) if t}
-            if not (n_docs or totals):
+            seen = self._seen
+            if not (n_docs or totals or (seen is not None and self._clock)):
                 return None
-            return {"n_docs": dict(sorted(n_docs.items())), "totals": dict(sorted(totals.items()))}
+            value = {"n_docs": dict(sorted(n_docs.items())),
+                     "totals": dict(sorted(totals.items()))}
+            if seen is not None:
+                value["clock"] = self._clock
+            return value
         if len(key) != 2 or key[0] != "token":
             raise KeyError(key)
         row = self._index.get(key[1])
         if row is None:
             return None
         counts = {labels[c]: n for c, n in enumerate(self._counts[row].tolist()) if n}
-        return dict(sorted(counts.items())) or None
+        if not counts:
+            return None
+        if self._seen is not None:
+            return {"counts": dict(sorted(counts.items())), "seen": int(self._seen[row])}
+        return dict(sorted(counts.items()))
 
     def set_stat_values(self, values: Mapping[tuple, Any]) -> None:
         """Give each key of ``values`` its value (None: all zeros), exactly, keeping every
         derived quantity (vocabulary size, caches, Bernoulli's running sums) consistent."""
         tokens: list = []
         token_counts: list[dict[str, float]] = []
+        stamps: list[int] = []
         totals = None
+        clock = None
         for key, value in values.items():
             if key == TOTALS_KEY:
                 totals = value or {}
                 if not isinstance(totals, Mapping):
                     raise StateError(f"corrupt statistics value for {key!r}")
+                clock = totals.get("clock")
+                if clock is not None and (isinstance(clock, bool) or not isinstance(clock, int)
+                                          or clock < 0):
+                    raise StateError(f"corrupt statistics value for {key!r}: bad clock")
                 totals = {part: _counts(totals.get(part), (*key, part))
                           for part in ("n_docs", "totals")}
             elif isinstance(key, tuple) and len(key) == 2 and key[0] == "token":
                 tokens.append(self._checked_token(key[1]))
-                token_counts.append(_counts(value, key))
+                counts, seen = split_seen(value, key)
+                token_counts.append(_counts(counts, key))
+                stamps.append(seen or 0)
             else:
                 raise StateError(f"unknown statistics key {key!r} for a {self.kind} model")
         for counts in [*token_counts, *(totals.values() if totals else ())]:
             for label in counts:
                 self._column_of(label)
         if tokens:
-            self._set_rows(tokens, token_counts)
+            rows = self._set_rows(tokens, token_counts)
+            if self._seen is not None:
+                self._seen[rows] = stamps
         if totals is not None:
+            if self._seen is not None:
+                self._clock = clock or 0
             column = self._column
             self._n_docs[:] = 0.0
             self._totals[:] = 0.0
@@ -223,7 +277,7 @@ class KeyedTextStatistics:
             raise StateError(f"corrupt statistics key: bucket {token!r} outside range(n_buckets)")
         return token
 
-    def _set_rows(self, tokens: list, token_counts: list[dict[str, float]]) -> None:
+    def _set_rows(self, tokens: list, token_counts: list[dict[str, float]]) -> np.ndarray:
         if len(set(tokens)) != len(tokens):
             raise StateError("corrupt statistics: a token is set twice")
         rows = self._rows_creating(tokens)
@@ -252,6 +306,7 @@ class KeyedTextStatistics:
         self._lookup_cache = None
         if self._changed_rows is not None:
             self._note_rows(rows)
+        return rows
 
 
 class KeyedWholeModel:

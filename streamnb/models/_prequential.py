@@ -252,6 +252,11 @@ def _step(model: MultinomialNB, batch: _Batch, xs: list, ys: list) -> list[dict[
                             counts, n_docs, totals, vocab)
 
     # Learn the whole batch: the counts in one scatter, then the bookkeeping beside them.
+    if model._seen is not None:
+        # The loop's stamps: labelled message i is learn step clock + (labelled up to i).
+        step = model._clock + np.cumsum(labelled)
+        np.maximum.at(model._seen, rows[learned_here], step[message[learned_here]])
+        model._clock += int(labelled.sum())
     if n_kept:
         changed = group_sums.any(axis=0)
         changed_rows = group_rows[changed]

@@ -96,7 +96,7 @@ class TextModel(KeyedTextStatistics, Model):
         # Per-row values a subclass derives from a row's counts for scoring short messages
         # (multinomial: the logs of the smoothed counts); an update of a row drops its entry.
         self._row_cache: dict[int, Any] = {}
-        self._nnz = np.zeros(0, dtype=np.int64)  # classes with a non-zero count, per row
+        self._nnz = np.zeros(0, dtype=np.int32)  # classes with a non-zero count, per row
         self._n_docs = np.zeros(0)  # messages per class column
         self._totals = np.zeros(0)  # sum of counts per class column
         self._vocab = 0
@@ -111,6 +111,11 @@ class TextModel(KeyedTextStatistics, Model):
         # Rows written since mark_changes() (None: not tracked), see streamnb.models._keyed.
         self._changed_rows: set[int] | None = None
         self._totals_changed = False
+        self._expired_keys: set = set()  # keys expired since mark_changes(), see _keyed
+        # Last-seen stamps, see track_last_seen(): per row, the clock of the last learn or
+        # unlearn step that wrote it; None when the model does not track them.
+        self._seen: np.ndarray | None = None
+        self._clock = 0  # learn and unlearn steps so far (when tracking)
 
     # -- options and introspection ------------------------------------------------------------
     def options(self) -> dict[str, Any]:
@@ -246,14 +251,20 @@ class TextModel(KeyedTextStatistics, Model):
         capacity = self._counts.shape[0]
         if n_rows <= capacity:
             return
-        capacity = max(n_rows, 2 * capacity, 1024)
+        # Grown by half, not doubled: on average a sixth of the rows is spare instead of a
+        # third, and the copies still cost O(1) per row.
+        capacity = max(n_rows, capacity + capacity // 2, 1024)
         counts = np.zeros((capacity, self._counts.shape[1]))
         counts[: self._counts.shape[0]] = self._counts
-        nnz = np.zeros(capacity, dtype=np.int64)
+        nnz = np.zeros(capacity, dtype=np.int32)
         nnz[: self._nnz.shape[0]] = self._nnz
         stale = np.zeros(capacity, dtype=bool)
         stale[: self._stale.shape[0]] = self._stale
         self._counts, self._nnz, self._stale = counts, nnz, stale
+        if self._seen is not None:
+            seen = np.zeros(capacity, dtype=np.int64)
+            seen[: self._seen.shape[0]] = self._seen
+            self._seen = seen
 
     def _column_of(self, y: str) -> int:
         column = self._column.get(y)
@@ -307,6 +318,8 @@ class TextModel(KeyedTextStatistics, Model):
 
     def _update(self, x: Mapping[str, float], y: str, sign: float) -> None:
         check_label(y)
+        if sign < 0 and self._seen is not None:
+            x = self.unlearnable_part(x, y)
         short = self._short_counts(x, learning=True)
         if short is not None:
             self._update_short(short, y, sign)
@@ -314,6 +327,9 @@ class TextModel(KeyedTextStatistics, Model):
         keys, values = self._encode(x)
         rows = self._rows_creating(keys)  # validates new tokens before anything changes
         column = self._column_of(y)
+        if self._seen is not None:
+            self._clock += 1
+            self._seen[rows] = self._clock
         self._n_docs[column] += sign
         if sign < 0 or self._negative_docs:
             self._negative_docs = int(np.count_nonzero(self._n_docs < 0))
@@ -385,6 +401,9 @@ class TextModel(KeyedTextStatistics, Model):
         if self._any_stale:
             self._refresh(rows)
         column = self._column_of(y)
+        if self._seen is not None:
+            self._clock += 1
+            self._seen[rows] = self._clock
         n_docs = self._n_docs
         before = n_docs.item(column)
         n_docs[column] = after = before + sign
@@ -514,8 +533,12 @@ class TextModel(KeyedTextStatistics, Model):
             rows = self._rows_creating([other._keys[r] for r in other_rows.tolist()])
             block = other._counts[np.ix_(other_rows, other_columns)]
             self._counts[np.ix_(rows, columns)] += sign * block
+            if self._seen is not None and other._seen is not None:
+                self._seen[rows] = np.maximum(self._seen[rows], other._seen[other_rows])
             if self._changed_rows is not None:
                 self._note_rows(rows)
+        if self._seen is not None and other._seen is not None:
+            self._clock = max(self._clock, other._clock)
         if self._changed_rows is not None:
             self._totals_changed = True
         for mine, theirs in zip(columns, other_columns, strict=True):
@@ -528,9 +551,12 @@ class TextModel(KeyedTextStatistics, Model):
     def _recount(self) -> None:
         """Derive the bookkeeping kept beside the counts after a bulk change of them."""
         used = len(self._keys)
-        self._row_counts = self._counts[:used].tolist()
+        # The row lists are made again on first use (_refresh), not here: most tokens are
+        # rare, and a list of Python floats costs about 100 bytes a row.
+        self._row_counts = [None] * used
         self._stale[:] = False
-        self._any_stale = False
+        self._stale[:used] = True
+        self._any_stale = used > 0
         self._row_cache.clear()
         self._nnz[:used] = np.count_nonzero(self._counts[:used], axis=1)
         self._vocab = int(np.count_nonzero(self._nnz[:used]))
@@ -815,7 +841,7 @@ class TextModel(KeyedTextStatistics, Model):
                    if self._n_docs[c] != 0 or self._totals[c] != 0
                    or (self._counts[rows, c] != 0).any()]
         columns.sort(key=self._labels.__getitem__)
-        return {
+        state = {
             "model": self.kind,
             "version": STATE_VERSION,
             "options": self.options(),
@@ -825,6 +851,10 @@ class TextModel(KeyedTextStatistics, Model):
             "vocabulary": [keys[i] for i in order],
             "counts": [json_numbers(self._counts[rows, c]) for c in columns],
         }
+        if self._seen is not None:
+            state["clock"] = self._clock
+            state["last_seen"] = self._seen[rows].tolist()
+        return state
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> TextModel:
@@ -854,6 +884,8 @@ class TextModel(KeyedTextStatistics, Model):
         model._totals[:] = totals
         rows = model._rows_creating(list(vocabulary))
         model._counts[rows] = counts.T
+        if "last_seen" in state or "clock" in state:
+            model._load_last_seen(state, rows)
         model._recount()
         model._check_loaded()
         model._rebuild()
@@ -861,6 +893,158 @@ class TextModel(KeyedTextStatistics, Model):
 
     def _check_loaded(self) -> None:
         pass
+
+    # -- last-seen stamps and token expiry --------------------------------------------------
+    @property
+    def tracks_last_seen(self) -> bool:
+        return self._seen is not None
+
+    @property
+    def clock(self) -> int:
+        """Learn and unlearn steps taken (0 unless :meth:`track_last_seen`)."""
+        return self._clock
+
+    def track_last_seen(self) -> None:
+        """Stamp every row a learn or unlearn step writes with the step's number (the
+        ``clock``), so :meth:`expire` can drop the tokens seen least recently. The stamps are
+        statistics like the counts: in ``to_state`` (``"clock"``, ``"last_seen"``) and in the
+        keyed values (see :mod:`streamnb.models._keyed`). Tokens already held get stamp 0.
+        Unlearning then removes only what is still there (:meth:`unlearnable_part`)."""
+        if self._seen is None:
+            self._seen = np.zeros(self._counts.shape[0], dtype=np.int64)
+
+    def last_seen(self, token: Any) -> int | None:
+        """The stamp of ``token`` (a bucket number with hashing); None if not in V."""
+        row = self._index.get(self._bucket_of(token) if self.n_buckets is not None
+                              and not isinstance(token, int) else token)
+        if self._seen is None or row is None or not self._nnz[row]:
+            return None
+        return int(self._seen[row])
+
+    def _load_last_seen(self, state: Mapping[str, Any], rows: np.ndarray) -> None:
+        clock = state.get("clock")
+        seen = state_array(state, "last_seen", (rows.size,))
+        if isinstance(clock, bool) or not isinstance(clock, int) or clock < 0 or not (
+            np.array_equal(seen, np.rint(seen)) and (seen >= 0).all() and (seen <= clock).all()
+        ):
+            raise StateError("corrupt state: 'clock' and 'last_seen' must be integers with "
+                             "0 <= last_seen <= clock")
+        self.track_last_seen()
+        self._seen[rows] = seen.astype(np.int64)
+        self._clock = clock
+
+    def unlearnable_part(self, x: Mapping[str, float], y: str) -> dict:
+        """What of ``x`` unlearning it as ``y`` can remove: each token's training value, at
+        most its count in class ``y`` (tokens expired since ``x`` was learned hold less, or
+        nothing). For a message learned and not expired, that is all of ``x``.
+
+        With hashing a bucket is kept whole or left out (kept when its count covers the
+        message's value for it)."""
+        keys, values = self._encode(x)
+        column = self._column.get(y)
+        if column is None or not keys:
+            return {}
+        values = self._training_values(values)
+        rows = self._lookup(keys)
+        held = np.where(rows >= 0, self._counts[np.maximum(rows, 0), column], 0.0)
+        kept = np.minimum(held, values)
+        if self.n_buckets is not None:
+            whole = {k for k, v, h in zip(keys, values.tolist(), held.tolist(), strict=True)
+                     if h >= v}
+            return {t: c for t, c in x.items() if c and self._bucket_of(t) in whole}
+        if self._trains_on_counts():  # ints stay ints, so the short path still takes them
+            return {k: int(c) if c.is_integer() else c
+                    for k, c in zip(keys, kept.tolist(), strict=True) if c > 0}
+        return {k: x[k] for k, c in zip(keys, kept.tolist(), strict=True) if c > 0}
+
+    def expiry_order(self) -> list:
+        """The vocabulary in the order :meth:`expire` drops it: the least recently seen
+        first (smallest stamp); among tokens of the same stamp, the rarest first (smallest
+        total count over the classes); then by token (or bucket) in sorted order."""
+        if self._seen is None:
+            raise RuntimeError("expiry_order() needs track_last_seen()")
+        rows = self._vocabulary_rows()
+        keys = [self._keys[r] for r in rows.tolist()]
+        by_key = np.argsort(np.array(keys, dtype=object), kind="stable") if keys else rows
+        total = np.abs(self._counts[rows]).sum(axis=1)
+        rank = np.empty(len(keys), dtype=np.int64)
+        rank[by_key] = np.arange(len(keys))
+        order = np.lexsort((rank, total, self._seen[rows]))
+        return [keys[i] for i in order.tolist()]
+
+    def expire(self, max_tokens: int, keep: int | None = None) -> dict[tuple, Any]:
+        """If the vocabulary holds more than ``max_tokens`` tokens, remove tokens in
+        :meth:`expiry_order` until ``keep`` remain (default ``max_tokens``; SpamAssassin
+        keeps max(75 %, 100,000) of ``bayes_expiry_max_db_size``).
+
+        A removed token's counts are set to zero exactly as ``set_stat_values`` would (the
+        per-class totals lose them too, Bernoulli's absent-word sums follow), so the model
+        equals one that never counted them; other tokens' counts are untouched. Removed
+        tokens are listed by ``changed_keys()`` (their value is None: tombstones), and their
+        rows are freed. Returns ``{key: value before}`` of every key it changed (the tokens
+        and ``("totals",)``), for a sum of slices to follow; {} when within budget."""
+        if self._seen is None:
+            raise RuntimeError("expire() needs track_last_seen()")
+        keep = max_tokens if keep is None else keep
+        if not 0 <= keep <= max_tokens:
+            raise ValueError(f"expire needs 0 <= keep <= max_tokens, got {keep}, {max_tokens}")
+        if self._vocab <= max_tokens:
+            return {}
+        doomed = self.expiry_order()[: self._vocab - keep]
+        from streamnb.models._keyed import TOTALS_KEY, token_key
+
+        before = {token_key(t): self.stat_value(token_key(t)) for t in doomed}
+        before[TOTALS_KEY] = self.stat_value(TOTALS_KEY)
+        rows = np.array([self._index[t] for t in doomed], dtype=np.intp)
+        removed = self._counts[rows].sum(axis=0)
+        tracking = self._changed_rows
+        self._set_rows(list(doomed), [{} for _ in doomed])
+        self._totals -= removed
+        self._invalidate(None)
+        self._log_prior_cache = None
+        if tracking is not None:
+            self._totals_changed = True
+            self._expired_keys.update(doomed)
+        self._drop_empty_rows()
+        return before
+
+    def _drop_empty_rows(self) -> None:
+        """Free the rows of tokens outside V (expired or unlearned to zero): the index, the
+        arrays and the row lists are rebuilt without them. Row numbers change, so the rows
+        changed since mark_changes() are renumbered."""
+        used = len(self._keys)
+        kept = np.flatnonzero(self._nnz[:used] > 0)
+        if kept.size == used:
+            return
+        keys = [self._keys[r] for r in kept.tolist()]
+        changed = None
+        if self._changed_rows is not None:
+            renumber = np.full(used, -1, dtype=np.intp)
+            renumber[kept] = np.arange(kept.size)
+            old = np.fromiter(self._changed_rows, dtype=np.intp, count=len(self._changed_rows))
+            gone = old[renumber[old] < 0]
+            # A changed row that left V: its key must still be written (as a tombstone).
+            self._expired_keys.update(self._keys[r] for r in gone.tolist())
+            changed = set(renumber[old[renumber[old] >= 0]].tolist())
+        capacity = max(1024, kept.size)
+        counts = np.zeros((capacity, self._counts.shape[1]))
+        counts[: kept.size] = self._counts[kept]
+        self._counts = counts
+        if self._seen is not None:
+            seen = np.zeros(capacity, dtype=np.int64)
+            seen[: kept.size] = self._seen[kept]
+            self._seen = seen
+        self._nnz = np.zeros(capacity, dtype=np.int32)
+        self._stale = np.zeros(capacity, dtype=bool)
+        self._keys = keys
+        self._index = dict(zip(keys, range(len(keys)), strict=True))
+        if self.n_buckets is None:
+            self._key_bytes = sum(map(len, keys))
+        self._lookup_cache = None
+        self._recount()
+        self._rebuild()
+        if changed is not None:
+            self._changed_rows = changed
 
 
 def _strongest(contributions: np.ndarray, names: list[str], k: int) -> list[int]:
