@@ -121,8 +121,9 @@ def progress(bootstrap: str, prefix: str) -> int:
     return sum(committed(bootstrap, prefix).values())
 
 
+@pytest.mark.parametrize("assignment_strategy", ["range", "cooperative-sticky"])
 def test_many_daemons_one_model_exactly_once_with_kills_and_scaling(
-    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir, assignment_strategy
 ):
     rows = sms(data_dir)[:3600]
     stream, final, texts = labelled_stream(rows, seed=5)
@@ -132,7 +133,7 @@ def test_many_daemons_one_model_exactly_once_with_kills_and_scaling(
     topic = f"{topic_prefix}-in"
     thirds = [stream[: len(stream) // 3], stream[len(stream) // 3: 2 * len(stream) // 3],
               stream[2 * len(stream) // 3:]]
-    group = Group(tmp_path, kafka_bootstrap, topic_prefix)
+    group = Group(tmp_path, kafka_bootstrap, topic_prefix, assignment_strategy)
     rng = random.Random()
 
     # 1 daemon: it learns the first third; every partition is committed before any kill.
