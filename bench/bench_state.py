@@ -1,7 +1,8 @@
 """Benchmarks of the state in Kafka, against the real local broker (``scripts/kafka.sh start``).
 
     python -m bench.bench_state [--bootstrap 127.0.0.1:9092] [--only commits,apply,failover,
-                                  scale,peer] [--peer DIR] [--rounds 3]
+                                  scale,rebalance,peer] [--peer DIR] [--rounds 3]
+                                  [--strategies range,cooperative-sticky]
 
 1. ``commits``: one daemon (in this process) over a mail stream (SpamAssassin, the Chinese
    set, 20 Newsgroups: about 31k mails), committing every 100 records. For the commit after
@@ -19,7 +20,14 @@
    it and takes the partition back at once (restoring every slice from the changelog first).
 4. ``scale``: SMS (x2, 11k records) on a 2-partition input through 1 daemon and through 2
    daemons (subprocesses), time from the first record produced to the last offset committed.
-5. ``peer``: throughput (SMS, 1 partition) of this daemon (a transaction per commit) and of a
+5. ``rebalance`` (not in the default ``--only``: about a minute a round and configuration):
+   the pause a rebalance causes, for each ``kafka.assignment_strategy`` of ``--strategies``,
+   without and with static membership (``group_instance_id``). Two daemons on a 4-partition
+   input with probes at 40/s; a third joins; then the daemon holding most is killed -9 and a
+   replacement with its member name started at once. From each probe's prediction time:
+   event -> first prediction by the new owner on the partitions that moved, and the longest
+   gap in predictions on the partitions that did not.
+6. ``peer``: throughput (SMS, 1 partition) of this daemon (a transaction per commit) and of a
    peer checkout given with ``--peer DIR`` (e.g. the at-least-once daemon:
    ``git worktree add /tmp/peer <commit>``), each round in a fresh process, alternating;
    medians and their ratio.
@@ -66,7 +74,9 @@ from streamnb.pipeline import build_pipeline  # noqa: E402
 DATA = Path(os.environ.get("STREAMNB_DATA", REPO.parent / "shared" / "data"))
 
 
-def config_text(bootstrap: str, prefix: str, member: str = "member", extra: str = "") -> str:
+def config_text(bootstrap: str, prefix: str, member: str = "member", extra: str = "",
+                strategy: str = "range", static: bool = True) -> str:
+    instance = f"{prefix}-{member}" if static else ""
     return f"""
 [kafka]
 bootstrap_servers = "{bootstrap}"
@@ -74,7 +84,8 @@ input_topics = ["{prefix}-in"]
 output_topic = "{prefix}-out"
 dead_letter_topic = "{prefix}-dlq"
 group_id = "{prefix}-group"
-group_instance_id = "{prefix}-{member}"
+group_instance_id = "{instance}"
+assignment_strategy = "{strategy}"
 session_timeout_ms = 6000
 poll_timeout_ms = 100
 [metrics]
@@ -216,10 +227,11 @@ def apply_vs_learn(rounds: int) -> None:
 # ---------------------------------------------------------------------- subprocess daemons
 class Daemon:
     def __init__(self, bootstrap: str, prefix: str, member: str, workdir: Path,
-                 extra: str = "", cwd: Path = REPO):
+                 extra: str = "", cwd: Path = REPO, strategy: str = "range",
+                 static: bool = True):
         self.log = workdir / f"{member}-{uuid.uuid4().hex[:6]}.log"
         config = workdir / f"{member}.toml"
-        config.write_text(config_text(bootstrap, prefix, member, extra))
+        config.write_text(config_text(bootstrap, prefix, member, extra, strategy, static))
         self.started = time.monotonic()
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
@@ -351,6 +363,172 @@ def failover(bootstrap: str) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+# ---------------------------------------------------------------------- rebalance pauses
+REBALANCE_PARTITIONS = 4
+PROBES_PER_SECOND = 40  # 10 a second on each partition: a gap of about 0.1 s is no pause
+
+
+def _held(daemon: Daemon) -> set[str]:
+    """The partitions ``daemon`` holds now, from its assigned/revoked/lost log events."""
+    held: set[str] = set()
+    for line in daemon.log.read_bytes().splitlines():
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        if event.get("event") == "assigned":
+            held |= set(event["partitions"])
+        elif event.get("event") in ("revoked", "lost"):
+            held -= set(event["partitions"])
+    return held
+
+
+def _event_time(daemon: Daemon, name: str) -> float:
+    """Epoch seconds of ``daemon``'s first ``name`` log event."""
+    import datetime as dt
+    return dt.datetime.fromisoformat(daemon.wait(name)[0]["time"]).timestamp()
+
+
+def _settled(live: list[Daemon], timeout: float = 90) -> dict[str, Daemon]:
+    """Wait until the live daemons hold every partition, each once, unchanged for 2 s."""
+    deadline = time.monotonic() + timeout
+    stable_since, last = None, None
+    while time.monotonic() < deadline:
+        owners = {tp: d for d in live for tp in _held(d)}
+        complete = (len(owners) == REBALANCE_PARTITIONS
+                    and sum(len(_held(d)) for d in live) == REBALANCE_PARTITIONS)
+        shape = {tp: id(d) for tp, d in owners.items()}
+        if complete and shape == last:
+            if time.monotonic() - stable_since >= 2:
+                return owners
+        else:
+            stable_since, last = time.monotonic(), shape if complete else None
+        time.sleep(0.1)
+    raise RuntimeError("the group did not settle")
+
+
+def _pauses(times: dict[str, list[float]], start: float, end: float,
+            moved: set[str]) -> tuple[list[float], list[float]]:
+    """For the moved partitions: seconds from ``start`` to the end of their longest gap in
+    predictions (when the new owner resumed them); for the others: their longest gap; both
+    over the predictions made between ``start`` - 1 s and ``end``."""
+    to_resume, kept_gaps = [], []
+    for tp, stamps in sorted(times.items()):
+        window = [t for t in stamps if start - 1 <= t <= end]
+        gaps = [(b - a, b) for a, b in zip(window, window[1:], strict=False)] or [(0.0, start)]
+        gap, resumed = max(gaps)
+        if tp in moved:
+            to_resume.append(resumed - start)
+        else:
+            kept_gaps.append(gap)
+    return to_resume, kept_gaps
+
+
+def rebalance_round(bootstrap: str, strategy: str, static: bool) -> dict[str, list[float]]:
+    """Two daemons on a 4-partition input with a steady stream of probes; a third daemon
+    joins; then one daemon is killed -9 and a replacement (same member name, so with static
+    membership the same ``group_instance_id``) is started at once. Every probe's prediction
+    time (its output record's timestamp, read_committed) gives each partition's pause."""
+    import threading
+
+    prefix = f"bench-rb-{uuid.uuid4().hex[:8]}"
+    topic = topics(bootstrap, prefix, REBALANCE_PARTITIONS)
+    workdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-"))
+    stop = threading.Event()
+    sent: list[int] = []
+
+    def probes():
+        seq = 0
+        while not stop.is_set():
+            part = seq % REBALANCE_PARTITIONS
+            key = f"p{part}-{seq}".encode()
+            yield key, orjson.dumps({"id": key.decode(), "text": "hello probe"}), part
+            seq += 1
+
+    def run_probes():
+        sent.append(produce(bootstrap, topic, probes(), rate=PROBES_PER_SECOND))
+
+    daemons: list[Daemon] = []
+    out: dict[str, list[float]] = {}
+    try:
+        def start(member: str) -> Daemon:
+            daemon = Daemon(bootstrap, prefix, member, workdir, strategy=strategy,
+                            static=static)
+            daemons.append(daemon)
+            return daemon
+
+        a, b = start("a"), start("b")
+        producer = threading.Thread(target=run_probes, daemon=True)
+        producer.start()
+        _settled([a, b])
+        time.sleep(2)
+        before = {tp: d for d in (a, b) for tp in _held(d)}
+        c = start("c")
+        joined = _event_time(c, "state_restored")  # it subscribes right after
+        after = _settled([a, b, c])
+        join_end = time.time()
+        moved_join = {tp for tp in after if after[tp] is not before.get(tp)}
+        time.sleep(2)
+        victim = max((a, b, c), key=lambda d: len(_held(d)))
+        moved_kill = _held(victim)
+        victim.proc.kill()
+        killed = time.time()
+        victim.proc.wait()
+        member = {a: "a", b: "b", c: "c"}[victim]
+        replacement = start(member)
+        _settled([d for d in (a, b, c) if d is not victim] + [replacement])
+        time.sleep(2)
+        kill_end = time.time()
+        stop.set()
+        producer.join(timeout=30)
+        total = sent[0] if sent else 0
+        records = read_all(bootstrap, f"{prefix}-out", until=lambda r: len(r) >= total,
+                           timeout=60)
+        times: dict[str, list[float]] = {f"{topic}:{p}": [] for p in range(REBALANCE_PARTITIONS)}
+        for record in records:
+            prediction = orjson.loads(record.value)
+            times[f"{prediction['topic']}:{prediction['partition']}"].append(
+                record.timestamp_ms / 1000)
+        for stamps in times.values():
+            stamps.sort()
+        out["join_moved"], out["join_kept"] = _pauses(times, joined, join_end, moved_join)
+        out["kill_moved"], out["kill_kept"] = _pauses(times, killed, kill_end, moved_kill)
+        out["duplicates"] = [len(records) - len({r.key for r in records})]
+        out["moved_on_join"] = [len(moved_join)]
+    finally:
+        stop.set()
+        for daemon in daemons:
+            daemon.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return out
+
+
+def rebalance(bootstrap: str, rounds: int, strategies: list[str]) -> None:
+    configs = [(strategy, static) for strategy in strategies for static in (False, True)]
+    results: dict[tuple[str, bool], dict[str, list[float]]] = {c: {} for c in configs}
+    for _ in range(rounds):
+        for config in configs:  # alternating, so load drifts hit every configuration
+            for name, values in rebalance_round(bootstrap, *config).items():
+                results[config].setdefault(name, []).extend(values)
+
+    def med(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f}" if values else "-"
+
+    print(f"rebalance pauses, {REBALANCE_PARTITIONS} partitions, {PROBES_PER_SECOND} probes/s, "
+          f"session timeout 6 s, medians over {rounds} round(s) (seconds; 'moved': event -> "
+          f"first prediction by the new owner, 'kept': longest gap in predictions on the "
+          f"partitions that did not move):")
+    for (strategy, static), r in results.items():
+        print(f"  {strategy:18s} static={'yes' if static else 'no ':3s}  "
+              f"join: moved {med(r['join_moved'])} kept {med(r['join_kept'])} "
+              f"(max {max(r['join_kept'], default=0):.2f}; {med(r['moved_on_join'])} moved)  "
+              f"kill -9 + restart: moved {med(r['kill_moved'])} kept {med(r['kill_kept'])} "
+              f"(max {max(r['kill_kept'], default=0):.2f})  "
+              f"duplicate predictions {int(sum(r['duplicates']))}")
+
+
 def scale(bootstrap: str, rounds: int) -> None:
     base = sms_values()
     values = [(k, v) for k, v, _ in base] + [
@@ -414,6 +592,8 @@ def main() -> int:
     parser.add_argument("--only", default="commits,apply,failover,scale")
     parser.add_argument("--peer", type=Path, help="a checkout of another streamnb to compare")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--strategies", default="range,cooperative-sticky",
+                        help="kafka.assignment_strategy values the rebalance part compares")
     args = parser.parse_args()
     only = set(args.only.split(","))
     print(f"streamnb state benchmark, {os.cpu_count()} CPU(s), load {os.getloadavg()[0]:.1f}")
@@ -425,6 +605,8 @@ def main() -> int:
         failover(args.bootstrap)
     if "scale" in only:
         scale(args.bootstrap, args.rounds)
+    if "rebalance" in only:
+        rebalance(args.bootstrap, args.rounds, args.strategies.split(","))
     if args.peer is not None:
         peer(args.bootstrap, args.peer, args.rounds)
     return 0

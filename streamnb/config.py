@@ -60,6 +60,9 @@ class KafkaSettings:
     group_instance_id: str = ""
     client_id: str = "streamnb"
     start_offset: str = "earliest"
+    # The group's partition assignor (kafka-python's partition_assignment_strategy); see
+    # docs/daemon.md "Assignment, revocation, failover" for what each costs in a rebalance.
+    assignment_strategy: str = "range"
     max_poll_records: int = 500
     poll_timeout_ms: int = 200
     stall_seconds: float = 60.0
@@ -240,6 +243,10 @@ def _one_of(*choices: str) -> Callable[[str, Any], str]:
     return check
 
 
+# kafka-python's assignors by their protocol names: the first three rebalance eagerly (every
+# member gives up all its partitions, then gets its new share), cooperative-sticky
+# incrementally (KIP-429: only the partitions that move are revoked, in a second round).
+ASSIGNMENT_STRATEGIES = ("range", "roundrobin", "sticky", "cooperative-sticky")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -301,6 +308,7 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
             "group_instance_id": _str,
             "client_id": _nonempty_str,
             "start_offset": _one_of("earliest", "latest"),
+            "assignment_strategy": _one_of(*ASSIGNMENT_STRATEGIES),
             "max_poll_records": _positive_int,
             "poll_timeout_ms": _positive_int,
             "stall_seconds": _positive_float,

@@ -35,6 +35,10 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from kafka.errors import (
     CommitFailedError,
     FencedInstanceIdError,
@@ -85,6 +89,14 @@ def _records(tp: TopicPartition, items) -> list[Record]:
         Record(topic, partition, r.offset, r.key, r.value, tuple(r.headers or ()), r.timestamp)
         for r in items
     ]
+
+
+# kafka.assignment_strategy -> kafka-python's assignor (config.ASSIGNMENT_STRATEGIES).
+ASSIGNORS = {
+    assignor.name: assignor
+    for assignor in (RangePartitionAssignor, RoundRobinPartitionAssignor,
+                     StickyPartitionAssignor, CooperativeStickyAssignor)
+}
 
 
 def _tps(partitions: Iterable[TopicPartition]) -> list[TP]:
@@ -171,6 +183,12 @@ class _Listener(ConsumerRebalanceListener):
     def on_partitions_revoked(self, revoked):
         if revoked:
             self.io.on_revoked(_tps(revoked), lost=False)
+            if self.io.incremental and self.io.consumer.assignment():
+                # An incremental revocation comes after the join has completed, and the
+                # partitions kept are processed on; kafka-python calls on_assigned only when
+                # some are added, so say here that this member's rebalance is over (the
+                # daemon's stall timer, started by the revocation, stops).
+                self.io.on_assigned([])
 
     def on_partitions_assigned(self, assigned):
         self.io.on_assigned(_tps(assigned))
@@ -235,6 +253,9 @@ class KafkaIO:
         self.transactional_id = transactional_id
         self.topic_limits = dict(topic_limits or {})
         self.in_transaction = False
+        # Cooperative (KIP-429): rebalances revoke and assign only the partitions that move,
+        # and the others are processed through them; eager: every partition is revoked first.
+        self.incremental = settings.assignment_strategy == "cooperative-sticky"
         self._errors: list[BaseException] = []
         self._errors_lock = threading.Lock()
         self.producer = KafkaProducer(
@@ -263,6 +284,7 @@ class KafkaIO:
             enable_auto_commit=False,
             isolation_level="read_committed",
             auto_offset_reset=settings.start_offset,
+            partition_assignment_strategy=[ASSIGNORS[settings.assignment_strategy]],
             max_poll_records=settings.max_poll_records,
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=max(1000, settings.session_timeout_ms // 4),

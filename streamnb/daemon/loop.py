@@ -286,7 +286,9 @@ class Daemon(RecordProcessor, Committer):
 
     # ------------------------------------------------------------------ rebalance
     def on_assigned(self, tps: list[TP]) -> None:
-        """Take each newly assigned partition's slice over: read its changelog to the end
+        """Take each newly assigned partition's slice over (``tps`` may hold partitions
+        already owned, eager assignors hand the whole new assignment; those keep their slice
+        and offsets as they are): read its changelog to the end
         (it is usually held already, as a remote slice), then learn into it. The consumer
         resumes each partition at the offset committed with that state."""
         started = time.perf_counter()
@@ -448,8 +450,9 @@ class Daemon(RecordProcessor, Committer):
           dropped records are read again. Processing them would learn them twice. Each
           partition of a dropped batch that is still assigned is also seeked back to its next
           unprocessed offset, so this holds even for a rebalance that kept it assigned
-          (kafka-python rebalances eagerly, revoking every partition first, but the guard
-          does not rely on it); the batch submitted after it is then dropped too, since it
+          (an eager assignor revokes every partition first; ``cooperative-sticky`` keeps
+          the partitions that do not move, with their fetch positions, so there this seek
+          is what keeps them exact); the batch submitted after it is then dropped too, since it
           was polled before that seek, and the records polled next start at the saved
           offsets.
         * Latency: the batch in flight is processed as soon as the next poll returns, which

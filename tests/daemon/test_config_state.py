@@ -35,6 +35,9 @@ def test_the_documented_example_config_loads(tmp_path):
         ("[kafak]\n", "unknown table [kafak]"),
         ("[kafka]\ninput_topics = []\n", "kafka.input_topics must be a non-empty list"),
         ("[kafka]\nstart_offset = 'middle'\n", "kafka.start_offset must be one of"),
+        ("[kafka]\nassignment_strategy = 'cooperative'\n",
+         "kafka.assignment_strategy must be one of 'range', 'roundrobin', 'sticky', "
+         "'cooperative-sticky', got 'cooperative'"),
         ("[metrics]\nport = 70000\n", "metrics.port must be a port number"),
         ("[logging]\nformat = 'xml'\n", "logging.format must be one of 'plain', 'json'"),
         ("[kafka]\noutput_topic = 'streamnb-input'\n", "must be different topics"),
@@ -114,3 +117,11 @@ def test_feedback_outcomes():
     store.remember("x", "in:0", {"a": 1}, "ham")
     assert decide(store.get("x"), "ham") == "duplicate"
     assert decide(store.get("x"), "spam") == "relabelled"
+
+
+@pytest.mark.parametrize("strategy", ["range", "roundrobin", "sticky", "Cooperative-Sticky"])
+def test_every_assignment_strategy_names_an_assignor_of_the_kafka_client(strategy):
+    from streamnb.daemon.kafka_io import ASSIGNORS
+
+    settings = load_settings(text=f"[kafka]\nassignment_strategy = '{strategy}'\n", environ={})
+    assert ASSIGNORS[settings.kafka.assignment_strategy].name == strategy.lower()

@@ -47,6 +47,7 @@ def write_config(
     max_ids: int = 100_000,
     extra: str = "",
     member: str = "member",
+    assignment_strategy: str = "range",
 ) -> Path:
     """A config for one test: its own topics, group and static member id."""
     path = directory / "config.toml"
@@ -60,6 +61,7 @@ output_topic = "{prefix}-out"
 dead_letter_topic = "{prefix}-dlq"
 group_id = "{prefix}-group"
 group_instance_id = "{prefix}-{member}"
+assignment_strategy = "{assignment_strategy}"
 session_timeout_ms = 6000
 poll_timeout_ms = 100
 stall_seconds = 20.0

@@ -68,8 +68,10 @@ def labelled_stream(rows, seed: int):
 class Group:
     """The daemons of one group, each with its own config (member id, transactional id)."""
 
-    def __init__(self, tmp_path: Path, bootstrap: str, prefix: str):
+    def __init__(self, tmp_path: Path, bootstrap: str, prefix: str,
+                 assignment_strategy: str = "range", partitions: int = PARTITIONS):
         self.tmp_path, self.bootstrap, self.prefix = tmp_path, bootstrap, prefix
+        self.assignment_strategy, self.partitions = assignment_strategy, partitions
         self.live: dict[str, DaemonProcess] = {}
         self.all: list[DaemonProcess] = []
         self.started = 0
@@ -80,7 +82,8 @@ class Group:
         directory = self.tmp_path / f"d{self.started}-{member}"
         directory.mkdir()
         config = write_config(directory, self.bootstrap, self.prefix, member=member,
-                              every_seconds=0.3, every_messages=200)
+                              every_seconds=0.3, every_messages=200,
+                              assignment_strategy=self.assignment_strategy)
         daemon = DaemonProcess(config, directory / "daemon.log")
         daemon.member = member
         self.live[member] = daemon
@@ -105,11 +108,12 @@ class Group:
             for daemon in self.live.values():
                 daemon._check_alive()
             held = [self.holdings(d) for d in self.live.values()]
-            return all(held) and len(set().union(*held)) == PARTITIONS and sum(
-                map(len, held)) == PARTITIONS
+            return all(held) and len(set().union(*held)) == self.partitions and sum(
+                map(len, held)) == self.partitions
 
         wait_for(every_daemon_holds, timeout,
-                 f"each of {sorted(self.live)} to hold partitions, all {PARTITIONS} held once",
+                 f"each of {sorted(self.live)} to hold partitions, all {self.partitions} held "
+                 "once",
                  every=0.2)
 
 
@@ -117,8 +121,9 @@ def progress(bootstrap: str, prefix: str) -> int:
     return sum(committed(bootstrap, prefix).values())
 
 
+@pytest.mark.parametrize("assignment_strategy", ["range", "cooperative-sticky"])
 def test_many_daemons_one_model_exactly_once_with_kills_and_scaling(
-    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir, assignment_strategy
 ):
     rows = sms(data_dir)[:3600]
     stream, final, texts = labelled_stream(rows, seed=5)
@@ -128,7 +133,7 @@ def test_many_daemons_one_model_exactly_once_with_kills_and_scaling(
     topic = f"{topic_prefix}-in"
     thirds = [stream[: len(stream) // 3], stream[len(stream) // 3: 2 * len(stream) // 3],
               stream[2 * len(stream) // 3:]]
-    group = Group(tmp_path, kafka_bootstrap, topic_prefix)
+    group = Group(tmp_path, kafka_bootstrap, topic_prefix, assignment_strategy)
     rng = random.Random()
 
     # 1 daemon: it learns the first third; every partition is committed before any kill.
@@ -214,6 +219,61 @@ def test_many_daemons_one_model_exactly_once_with_kills_and_scaling(
     assert sorted(started_partitions(group.all[:1])) == sorted(
         f"{topic}:{p}" for p in range(PARTITIONS))
     assert started_partitions(group.all[1:]) == []
+    for daemon in group.live.values():
+        daemon.terminate(timeout=30)
+
+
+def test_a_daemon_joining_a_cooperative_group_takes_only_its_share_and_nothing_twice(
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+):
+    """kafka.assignment_strategy = "cooperative-sticky": a third daemon joins two busy ones;
+    only the partitions it takes are revoked (the others are never given up, so they are
+    processed through the rebalance), and still every label is learned once and every
+    unlabelled id predicted once."""
+    partitions = 4
+    rows = sms(data_dir)[:1800]
+    stream, final, texts = labelled_stream(rows, seed=11)
+    unlabelled = [k.decode() for k, v in stream if b'"label"' not in v and b'"feedback"' not in v]
+    create_topics(kafka_bootstrap, {f"{topic_prefix}-in": partitions,
+                                    f"{topic_prefix}-out": 1, f"{topic_prefix}-dlq": 1})
+    topic = f"{topic_prefix}-in"
+    group = Group(tmp_path, kafka_bootstrap, topic_prefix,
+                  assignment_strategy="cooperative-sticky", partitions=partitions)
+    produce(kafka_bootstrap, topic, stream[:300])
+    first, second = group.start(), group.start()
+    group.wait_all_hold_partitions()
+    wait_for(lambda: len(committed(kafka_bootstrap, topic_prefix)) == partitions, 90,
+             "a commit of every partition", every=0.2)
+    before = {daemon.member: group.holdings(daemon) for daemon in (first, second)}
+    seen = {daemon.member: len(daemon.events()) for daemon in (first, second)}
+
+    producer = threading.Thread(
+        target=produce, args=(kafka_bootstrap, topic, stream[300:]), kwargs={"rate": 150.0})
+    producer.start()
+    wait_for(lambda: progress(kafka_bootstrap, topic_prefix) >= 450, 60, "records in flight",
+             every=0.1)
+    third = group.start()
+    group.wait_all_hold_partitions()
+    producer.join()
+    wait_caught_up(kafka_bootstrap, topic_prefix, list(group.live.values()), timeout=120)
+
+    taken = group.holdings(third)
+    assert len(taken) == 1  # sticky: 2 + 2 -> 2 + 1 + 1
+    for daemon in (first, second):
+        revoked = {tp for e in daemon.events()[seen[daemon.member]:]
+                   if e.get("event") in ("revoked", "lost") for tp in e["partitions"]}
+        # what it gave up is what the newcomer took; what it kept it never gave up
+        assert revoked == before[daemon.member] & taken
+        assert group.holdings(daemon) == before[daemon.member] - taken
+    assert started_partitions([third]) == []
+
+    want, _ = offline_model(final, texts)
+    got = changelog_model(kafka_bootstrap, topic_prefix)
+    assert got.n_updates == want.n_updates == len(final)
+    assert got.to_state() == want.to_state()
+    out = read_all(kafka_bootstrap, f"{topic_prefix}-out",
+                   until=lambda r: len(r) >= len(unlabelled), timeout=60)
+    assert Counter(r.key.decode() for r in out) == Counter(unlabelled)
     for daemon in group.live.values():
         daemon.terminate(timeout=30)
 
