@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from streamnb.daemon.kafka_io import committed_offsets, end_offsets, read_all
+from streamnb.daemon.kafka_io import committed_offsets, end_offsets
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -206,28 +206,25 @@ def wait_caught_up(bootstrap: str, prefix: str, daemons, timeout: float = 60.0) 
     wait_for(done, timeout, f"the committed offsets to reach {want}", every=0.3)
 
 
+def changelog_records(bootstrap: str, prefix: str) -> dict[int, list]:
+    """Every committed record of the test's changelog, ``(key, value)`` by partition, read to
+    its end as a new daemon reads it (read_committed)."""
+    from streamnb.config import KafkaSettings
+    from streamnb.daemon.changelog import changelog_topic
+    from streamnb.daemon.kafka_io import read_to_end
+
+    topic = changelog_topic(f"{prefix}-group", f"{prefix}-in")
+    return read_to_end(KafkaSettings(bootstrap_servers=bootstrap), topic, timeout=30)
+
+
 def changelog_model(bootstrap: str, prefix: str, kind: str = "multinomial"):
-    """The model the changelog holds (read_committed, as a new daemon reads it): the sum of
-    the partitions' slices."""
-    from streamnb.daemon.changelog import apply_records, changelog_topic
+    """The model the changelog holds: the sum of the partitions' slices."""
+    from streamnb.daemon.changelog import apply_records
     from streamnb.daemon.feedback import FeedbackStore
     from streamnb.pipeline import build_pipeline
 
-    topic = changelog_topic(f"{prefix}-group", f"{prefix}-in")
-    ends = end_offsets(bootstrap, topic)
-    def complete(got):
-        last = {}
-        for r in got:
-            last[(r.topic, r.partition)] = r.offset
-        # transaction markers take offsets too: caught up when nothing more arrives
-        return all(last.get(tp, -1) >= end - 2 or end == 0 for tp, end in ends.items())
-
-    records = read_all(bootstrap, topic, until=complete, timeout=15)
-    by_partition: dict[int, list] = {}
-    for r in records:
-        by_partition.setdefault(r.partition, []).append((r.key, r.value))
     total = build_pipeline({"kind": kind}, {}).model
-    for p, items in sorted(by_partition.items()):
+    for p, items in sorted(changelog_records(bootstrap, prefix).items()):
         part = build_pipeline({"kind": kind}, {}).model
         apply_records(part, FeedbackStore(), f"{prefix}-in:{p}", items)
         total += part

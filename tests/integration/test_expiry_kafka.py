@@ -9,12 +9,20 @@ import threading
 import pytest
 
 from streamnb.config import load_settings
-from streamnb.daemon.changelog import apply_records, changelog_topic
+from streamnb.daemon.changelog import apply_records
 from streamnb.daemon.feedback import FeedbackStore
-from streamnb.daemon.kafka_io import create_topics, end_offsets, produce, read_all
+from streamnb.daemon.kafka_io import create_topics, end_offsets, produce
 from streamnb.daemon.loop import build_daemon
 from streamnb.pipeline import build_pipeline
-from tests.integration.harness import committed, feedback, sms, value, wait_for, write_config
+from tests.integration.harness import (
+    changelog_records,
+    committed,
+    feedback,
+    sms,
+    value,
+    wait_for,
+    write_config,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -25,18 +33,7 @@ PARTITIONS = 2
 def changelog_slices(bootstrap: str, prefix: str) -> tuple[dict, int]:
     """Each partition's slice as the changelog holds it (a stamped model), and how many
     tombstones of tokens the log holds."""
-    topic = changelog_topic(f"{prefix}-group", f"{prefix}-in")
-    ends = end_offsets(bootstrap, topic)
-
-    def complete(got):
-        last = {}
-        for r in got:
-            last[(r.topic, r.partition)] = r.offset
-        return all(last.get(tp, -1) >= end - 2 or end == 0 for tp, end in ends.items())
-
-    by_partition: dict[int, list] = {}
-    for r in read_all(bootstrap, topic, until=complete, timeout=20):
-        by_partition.setdefault(r.partition, []).append((r.key, r.value))
+    by_partition = changelog_records(bootstrap, prefix)
     slices = {}
     tombstones = 0
     for p, items in sorted(by_partition.items()):
