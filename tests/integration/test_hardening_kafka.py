@@ -84,7 +84,7 @@ def test_each_poison_is_dead_lettered_and_the_next_message_still_predicted(
     key, original, reason, extra = POISONS[poison]
     topics(kafka_bootstrap, topic_prefix)
     config = write_config(tmp_path, kafka_bootstrap, topic_prefix, extra=extra)
-    daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
     daemon.wait_assigned()
     produce(kafka_bootstrap, f"{topic_prefix}-in", [
         (b"a", value("a", "win a prize now", "spam")),
@@ -114,7 +114,7 @@ def test_outputs_respect_the_topics_own_max_message_bytes(tmp_path, kafka_bootst
     topics(kafka_bootstrap, topic_prefix, out={"max.message.bytes": "2000"},
            dlq={"max.message.bytes": "3000"})
     config = write_config(tmp_path, kafka_bootstrap, topic_prefix)
-    daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
     daemon.wait_assigned()
     not_json = b"\x00" + b"z" * 5000
     produce(kafka_bootstrap, f"{topic_prefix}-in", [
@@ -171,7 +171,7 @@ def test_a_message_whose_state_would_not_fit_its_changelog_is_dead_lettered(
     create_topics(kafka_bootstrap, {changelog: 1},
                   {changelog: {"max.message.bytes": "3000", "cleanup.policy": "compact"}})
     config = write_config(tmp_path, kafka_bootstrap, topic_prefix)
-    daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
     daemon.wait_assigned()
     words = " ".join(f"word{i}" for i in range(400))  # about 5 KB of model input
     produce(kafka_bootstrap, f"{topic_prefix}-in", [

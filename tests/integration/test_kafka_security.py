@@ -149,7 +149,7 @@ def test_the_sms_stream_end_to_end_over_sasl_ssl(
         (tmp_path / "kafka-password").write_text(broker.password + "\n")
         env, extra = {}, f'sasl_password_file = "{tmp_path / "kafka-password"}"\n'
     config = secured_config(tmp_path, broker, topic_prefix, mechanism, extra)
-    daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0, env=env)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log", env=env)
     daemon.wait_assigned(timeout=60)
     produce(broker.plain, f"{topic_prefix}-in", (
         (msg_id.encode(), value(msg_id, text, None if msg_id in unlabelled else label))
@@ -180,7 +180,7 @@ def test_ssl_with_a_client_certificate_end_to_end(tmp_path, broker, topic_prefix
     config = tls_config(tmp_path, broker, topic_prefix,
                         f'ssl_certfile = "{broker.client_cert}"\n'
                         f'ssl_keyfile = "{broker.client_key}"\n')
-    daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0)
+    daemon = DaemonProcess(config, tmp_path / "daemon.log")
     daemon.wait_assigned(timeout=60)
     produce(broker.plain, f"{topic_prefix}-in", (
         (msg_id.encode(), value(msg_id, text, None if msg_id in unlabelled else label))
@@ -233,6 +233,6 @@ def test_hostname_checking_follows_ssl_check_hostname(
         assert output.startswith("streamnb: kafka.ssl_cafile: ") and "ssl_check_hostname" in output
         assert elapsed < 15
     else:
-        daemon = DaemonProcess(config, tmp_path / "daemon.log", max_restarts=0, env=env)
+        daemon = DaemonProcess(config, tmp_path / "daemon.log", env=env)
         daemon.wait_assigned(timeout=60)
         assert daemon.terminate()[0] == 0
