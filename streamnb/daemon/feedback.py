@@ -65,6 +65,11 @@ def decide(entry: Entry | None, label: str) -> str:
     return "relabelled"
 
 
+
+def _exact(data: bytes) -> bytes:
+    """``data`` in a bytes object of its own size (see :meth:`FeedbackStore.remember`)."""
+    return memoryview(data).tobytes()
+
 class FeedbackStore:
     """Recent messages by id, bounded by ``max_ids`` and ``max_bytes``, oldest evicted first."""
 
@@ -104,7 +109,9 @@ class FeedbackStore:
 
         Returns how many old entries were evicted to make room.
         """
-        x_json = x if isinstance(x, bytes) else self.encode_x(x)
+        # An exact-size copy: orjson hands back its output buffer (about 8 KiB whatever the
+        # JSON's length), and a store of 100,000 short messages would hold 800 MiB of them.
+        x_json = _exact(x) if isinstance(x, bytes) else _exact(self.encode_x(x))
         old = self._entries.pop(msg_id, None)
         if old is not None:
             self.nbytes -= self._size(msg_id, old)
@@ -158,6 +165,7 @@ class FeedbackStore:
             return
         if (entry.seq < self._next_seq) if old is None else (entry.seq != old.seq):
             self._unordered = True
+        entry.x_json = _exact(entry.x_json)  # see remember()
         self._entries[msg_id] = entry
         self.nbytes += self._size(msg_id, entry)
         self._next_seq = max(self._next_seq, entry.seq + 1)

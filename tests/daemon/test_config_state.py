@@ -125,3 +125,34 @@ def test_every_assignment_strategy_names_an_assignor_of_the_kafka_client(strateg
 
     settings = load_settings(text=f"[kafka]\nassignment_strategy = '{strategy}'\n", environ={})
     assert ASSIGNORS[settings.kafka.assignment_strategy].name == strategy.lower()
+
+
+def test_a_remembered_input_costs_about_its_own_length_in_memory():
+    """orjson's output bytes carry an ~8 KiB buffer whatever their length; the store keeps
+    exact-size copies, or 100,000 remembered SMS would hold 800 MiB (seen in a soak run)."""
+    import tracemalloc
+
+    from streamnb.daemon.changelog import apply_records, changed_records
+    from streamnb.models import make_model
+
+    x = {f"word{i}": 1 for i in range(20)}  # about 200 bytes of JSON
+    store = FeedbackStore(max_ids=10_000, max_bytes=1 << 30)
+    store.mark_changes()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(2000):
+            store.remember(f"m{i}", "in:0", x, "spam")
+        per_entry = (tracemalloc.get_traced_memory()[0] - before) / 2000
+        restored = FeedbackStore(max_ids=10_000, max_bytes=1 << 30)
+        empty = make_model("multinomial")
+        empty.mark_changes()
+        records = changed_records(empty, store)
+        before = tracemalloc.get_traced_memory()[0]
+        apply_records(make_model("multinomial"), restored, "in:0", records)
+        per_restored = (tracemalloc.get_traced_memory()[0] - before) / 2000
+    finally:
+        tracemalloc.stop()
+    assert len(restored) == 2000
+    assert per_entry < 1500, f"{per_entry:.0f} bytes per remembered input"
+    assert per_restored < 1500, f"{per_restored:.0f} bytes per restored input"
