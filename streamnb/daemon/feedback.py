@@ -111,7 +111,7 @@ class FeedbackStore:
         """
         # An exact-size copy: orjson hands back its output buffer (about 8 KiB whatever the
         # JSON's length), and a store of 100,000 short messages would hold 800 MiB of them.
-        x_json = _exact(x) if isinstance(x, bytes) else _exact(self.encode_x(x))
+        x_json = _exact(x if isinstance(x, bytes) else self.encode_x(x))
         old = self._entries.pop(msg_id, None)
         if old is not None:
             self.nbytes -= self._size(msg_id, old)
