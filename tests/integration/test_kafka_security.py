@@ -135,6 +135,22 @@ def test_an_untrusted_certificate_is_named(tmp_path, broker, topic_prefix):
     assert elapsed < 15
 
 
+def predict_through(tmp_path, broker, prefix, config, rows, unlabelled, env=None):
+    """Start a daemon on `config`, produce `rows` over the plain listener (the ids in
+    `unlabelled` without their label) and return the daemon and its predictions, checked to be
+    one for each unlabelled id."""
+    daemon = DaemonProcess(config, tmp_path / "daemon.log", env=env)
+    daemon.wait_assigned(timeout=60)
+    produce(broker.plain, f"{prefix}-in", (
+        (msg_id.encode(), value(msg_id, text, None if msg_id in unlabelled else label))
+        for msg_id, label, text in rows
+    ))
+    out = read_all(broker.plain, f"{prefix}-out",
+                   until=lambda r: len(r) >= len(unlabelled), timeout=120)
+    assert sorted(r.key.decode() for r in out) == sorted(unlabelled)
+    return daemon, out
+
+
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"])
 def test_the_sms_stream_end_to_end_over_sasl_ssl(
     tmp_path, broker, topic_prefix, data_dir, mechanism
@@ -149,15 +165,7 @@ def test_the_sms_stream_end_to_end_over_sasl_ssl(
         (tmp_path / "kafka-password").write_text(broker.password + "\n")
         env, extra = {}, f'sasl_password_file = "{tmp_path / "kafka-password"}"\n'
     config = secured_config(tmp_path, broker, topic_prefix, mechanism, extra)
-    daemon = DaemonProcess(config, tmp_path / "daemon.log", env=env)
-    daemon.wait_assigned(timeout=60)
-    produce(broker.plain, f"{topic_prefix}-in", (
-        (msg_id.encode(), value(msg_id, text, None if msg_id in unlabelled else label))
-        for msg_id, label, text in rows
-    ))
-    out = read_all(broker.plain, f"{topic_prefix}-out",
-                   until=lambda r: len(r) >= len(unlabelled), timeout=120)
-    assert sorted(r.key.decode() for r in out) == sorted(unlabelled)
+    daemon, out = predict_through(tmp_path, broker, topic_prefix, config, rows, unlabelled, env)
     truth = {msg_id: label for msg_id, label, _ in rows}
     correct = sum(orjson.loads(r.value)["label"] == truth[r.key.decode()] for r in out)
     assert correct / len(out) > 0.8  # a model that learned from the labelled SMS
@@ -180,15 +188,7 @@ def test_ssl_with_a_client_certificate_end_to_end(tmp_path, broker, topic_prefix
     config = tls_config(tmp_path, broker, topic_prefix,
                         f'ssl_certfile = "{broker.client_cert}"\n'
                         f'ssl_keyfile = "{broker.client_key}"\n')
-    daemon = DaemonProcess(config, tmp_path / "daemon.log")
-    daemon.wait_assigned(timeout=60)
-    produce(broker.plain, f"{topic_prefix}-in", (
-        (msg_id.encode(), value(msg_id, text, None if msg_id in unlabelled else label))
-        for msg_id, label, text in rows
-    ))
-    out = read_all(broker.plain, f"{topic_prefix}-out",
-                   until=lambda r: len(r) >= len(unlabelled), timeout=120)
-    assert sorted(r.key.decode() for r in out) == sorted(unlabelled)
+    daemon, _ = predict_through(tmp_path, broker, topic_prefix, config, rows, unlabelled)
     assert daemon.terminate()[0] == 0
 
 
