@@ -54,6 +54,8 @@ def log_normalise(scores: Mapping[str, float]) -> dict[str, float]:
     """Log-sum-exp normalisation of per-class log joint scores into log-probabilities."""
     if not scores:
         return {}
+    if len(scores) == 1:  # one class is certain, even where its density underflows to 0
+        return dict.fromkeys(scores, 0.0)
     top = max(scores.values())
     if top == -math.inf or math.isnan(top):
         raise ValueError(f"cannot normalise scores {dict(scores)!r}")

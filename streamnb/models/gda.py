@@ -47,6 +47,9 @@ COVARIANCES = ("pooled", "per_class", "diagonal")
 #: A pivot this small relative to its variance means the feature is (numerically) a linear
 #: combination of the others: Σ is treated as singular.
 _PIVOT_TOLERANCE = 1e-12
+# A mean variance below this is numerically zero: the ridge is scaled from it instead, so a
+# far point's Mahalanobis distance stays finite (a ridge of 1e-9 × 5e-324 is no ridge at all).
+_RIDGE_SCALE_FLOOR = 1e-100
 
 
 class GDA(KeyedWholeModel, Model):
@@ -237,6 +240,7 @@ class GDA(KeyedWholeModel, Model):
         scale = float(np.trace(sigma)) / d
         if not scale > 0:
             scale = 1.0
+        scale = max(scale, _RIDGE_SCALE_FLOOR)
         ridge = 0.0
         for _ in range(40):
             candidate = sigma + ridge * scale * np.eye(d) if ridge else sigma

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from streamnb.models import GDA, TEXTBOOK_OPTIONS, model_from_state
@@ -279,6 +279,10 @@ def test_gda_unlearn_is_the_inverse_of_learn(covariance, stream, example):
 
 @SETTINGS
 @given(gda_configs, gda_streams)
+# a variance that underflows (~1e-323): the far probe's distance must stay finite
+@example("per_class", [([0.0, 0.0, 0.0], "ham"), ([0.0, 0.0, 6.517717840247872e-162], "ham")])
+@example("per_class", [([0.0, 0.0, 0.0], "ham"), ([0.0, 0.0, 6.517717840247872e-162], "ham"),
+                       ([1.0, 0.0, 0.0], "spam"), ([1.0, 0.0, 6.517717840247872e-162], "spam")])
 def test_gda_batch_and_state_round_trip_are_exact(covariance, stream):
     model = gda_learned(covariance, stream)
     batch = GDA(covariance=covariance)
