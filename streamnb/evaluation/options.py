@@ -84,6 +84,10 @@ class Tables:
                 table = table.setdefault(parent, {})
                 if not isinstance(table, dict):
                     raise OptionsError(f"--set {assignment!r}: {parent} is not a table")
+            if section == "model" and not parents and leaf == "half_life_messages":
+                # config.toml's decay key, given as the model option it becomes
+                table.pop("half_life", None)
+                leaf = "half_life"
             table[leaf] = parse_value(raw_value.strip())
         return Tables(model, features, source=self.source)
 

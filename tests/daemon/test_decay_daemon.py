@@ -3,16 +3,22 @@ and the learn clock a feedback entry keeps for a later correction."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamnb.config import ConfigError, load_settings
+from streamnb.daemon import Daemon
 from streamnb.daemon.changelog import all_records, apply_records, changed_records
 from streamnb.daemon.feedback import FeedbackStore
 from streamnb.daemon.partitions import Partitions
-from streamnb.evaluation.options import model_table
-from streamnb.models import make_model
+from streamnb.evaluation.options import Tables, model_table
+from streamnb.models import MultinomialNB, make_model
+from tests.daemon.fakes import FakeIO, FakeKafka, RecordingMetrics, WordPipeline, drain
+from tests.daemon.fakes import settings_for as fake_settings
 
 
 def test_half_life_messages_reaches_the_model():
@@ -22,6 +28,10 @@ def test_half_life_messages_reaches_the_model():
     assert "half_life" not in load_settings(text="").model.table()  # off by default
     assert model_table({"kind": "bernoulli", "half_life_messages": 700}) == {
         "kind": "bernoulli", "half_life": 700}
+    # streamnb evaluate --set model.half_life_messages=N measures what the daemon would run
+    tables = Tables({"kind": "multinomial"}, {}).with_overrides(["model.half_life_messages=90"])
+    assert tables.model == {"kind": "multinomial", "half_life": 90}
+    assert tables.build_pipeline().model.half_life == 90
 
 
 @pytest.mark.parametrize("text, message", [
@@ -140,3 +150,43 @@ def test_a_feedback_entry_keeps_its_learn_clock():
     plain.remember("m3", "mail:0", {"a": 1}, "spam")
     (record,) = [value for _, value in all_records(make_model("multinomial"), plain)]
     assert b"clock" not in record  # without decay the records are what they were
+
+
+def test_the_daemon_relabels_at_the_learn_clock(tmp_path):
+    """Through the daemon's record path (fake broker): a correction gives the message its new
+    label at the age it had, a late label is learned when it comes; the slice then equals a
+    model that learned the final labels at those clocks."""
+    def record(obj):
+        return orjson.dumps(obj)
+
+    kafka = FakeKafka({"in": 1})
+    texts = {"m0": "win cash", "m1": "hello mum", "m2": "win prize", "m3": "lunch mum",
+             "m4": "cash now"}
+    for msg_id, label in [("m0", "spam"), ("m1", "ham"), ("m2", "spam"), ("m3", None),
+                          ("m4", "spam")]:
+        body = {"id": msg_id, "text": texts[msg_id], **({"label": label} if label else {})}
+        kafka.append("in", record(body), key=msg_id.encode())
+    for msg_id, label in [("m0", "ham"), ("m3", "ham")]:  # a correction, then a late label
+        kafka.append("in", record({"type": "feedback", "id": msg_id, "label": label}),
+                     key=msg_id.encode())
+    settings = fake_settings(tmp_path)
+    settings = replace(settings, model=replace(settings.model, kind="multinomial",
+                                               half_life_messages=2))
+
+    def io_factory(on_assigned, on_revoked):
+        return FakeIO(kafka, settings.kafka, on_assigned, on_revoked, batch=7,
+                      transactional_id="fake")
+
+    daemon = Daemon(settings, WordPipeline(), new_model=lambda: MultinomialNB(half_life=2),
+                    metrics=RecordingMetrics(), io_factory=io_factory)
+    drain(daemon)
+    (part,) = daemon.parts.slices.values()
+    assert part.store.get("m0").clock == 1 and part.store.get("m3").clock == 5
+    # m0 learned as ham at clock 1; m1, m2, m4 at 2, 3, 4; m3's late label at clock 5
+    expected = MultinomialNB(half_life=2)
+    for msg_id, label in [("m0", "ham"), ("m1", "ham"), ("m2", "spam"), ("m4", "spam"),
+                          ("m3", "ham")]:
+        expected.learn_one(dict.fromkeys(texts[msg_id].split(), 1), label)
+    assert part.model.decay_clock == expected.decay_clock == 5
+    for probe in ({"win": 1}, {"mum": 1, "cash": 1}, {"hello": 1, "now": 1}):
+        assert_same_scores(part.model, expected, probe, 1e-12)
