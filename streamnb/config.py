@@ -101,6 +101,9 @@ class ModelSettings:
     # SpamAssassin's bayes_expiry_max_db_size. 0: no expiry (no last-seen stamps).
     max_tokens: int = 0
     expiry_floor: int = 100_000
+    # Decay (text models): a message learned n messages ago (in its partition's slice) weighs
+    # 2**(-n / half_life_messages). 0: no decay, integer counts (docs/models.md, "Decay").
+    half_life_messages: int = 0
 
     def expiry_keep(self) -> int:
         """Tokens a slice keeps when it expires."""
@@ -110,7 +113,8 @@ class ModelSettings:
         """The flat model table (kind, preset, options) that build_pipeline and
         streamnb.models.presets.resolve take."""
         preset = {} if self.preset is None else {"preset": self.preset}
-        return {"kind": self.kind, **preset, **self.options}
+        decay = {"half_life": self.half_life_messages} if self.half_life_messages else {}
+        return {"kind": self.kind, **preset, **self.options, **decay}
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +343,7 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
             "options": _table,
             "max_tokens": _count,
             "expiry_floor": _count,
+            "half_life_messages": _count,
         },
     ),
     "output": (OutputSettings, {"explain": _count}),
@@ -449,6 +454,14 @@ def load_settings(
     if settings.model.max_tokens and settings.model.kind not in ("multinomial", "bernoulli"):
         raise ConfigError(f"config: model.max_tokens applies to the text models (multinomial, "
                           f"bernoulli), not {settings.model.kind!r}: remove it or set it to 0")
+    if settings.model.half_life_messages and settings.model.kind not in ("multinomial",
+                                                                         "bernoulli"):
+        raise ConfigError(f"config: model.half_life_messages applies to the text models "
+                          f"(multinomial, bernoulli), not {settings.model.kind!r}: remove it "
+                          "or set it to 0")
+    if settings.model.half_life_messages and "half_life" in settings.model.options:
+        raise ConfigError("config: model.options.half_life and model.half_life_messages both "
+                          "set: keep model.half_life_messages")
     kafka = settings.kafka
     topics = {kafka.output_topic, kafka.dead_letter_topic}
     clash = topics.intersection(kafka.input_topics)

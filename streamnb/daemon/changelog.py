@@ -88,9 +88,10 @@ def _feedback_record(msg_id: str, entry: Entry | None) -> tuple[bytes, bytes | N
     key = orjson.dumps([FORMAT_VERSION, "feedback", msg_id])
     if entry is None:
         return key, None
-    return key, orjson.dumps(
-        {"label": entry.label, "seq": entry.seq, "x": orjson.Fragment(entry.x_json)}
-    )
+    body = {"label": entry.label, "seq": entry.seq, "x": orjson.Fragment(entry.x_json)}
+    if entry.clock is not None:  # decay: the clock its label was learned at
+        body["clock"] = entry.clock
+    return key, orjson.dumps(body)
 
 
 def slice_record(model: Any) -> tuple[bytes, bytes]:
@@ -100,6 +101,8 @@ def slice_record(model: Any) -> tuple[bytes, bytes]:
 
 def slice_identity(model: Any) -> dict:
     counting = {name: getattr(model, name) for name in getattr(model, "_COUNTING_OPTIONS", ())}
+    if counting.get("half_life", 0) is None:
+        del counting["half_life"]  # no decay: the identity changelogs written before it had
     return {"kind": getattr(model, "kind", type(model).__name__), "counting": counting}
 
 
@@ -142,6 +145,8 @@ def decode(key: bytes | None, value: bytes | None, where: str) -> tuple:
             return ("feedback", parts[2], None)
         if not (isinstance(body, dict) and isinstance(body.get("seq"), int)
                 and (body.get("label") is None or isinstance(body["label"], str))
+                and (body.get("clock") is None or (isinstance(body["clock"], int)
+                                                   and not isinstance(body["clock"], bool)))
                 and "x" in body):
             raise ChangelogError(f"{where}: corrupt feedback entry for {parts[2]!r:.80}")
         return ("feedback", parts[2], body)
@@ -192,5 +197,6 @@ def apply_records(
                 store.put(msg_id, None)
                 continue
             x_json = orjson.dumps(body["x"], option=orjson.OPT_SERIALIZE_NUMPY)
-            store.put(msg_id, Entry(slice_key, body["label"], x_json, body["seq"]))
+            store.put(msg_id, Entry(slice_key, body["label"], x_json, body["seq"],
+                                    body.get("clock")))
     return count

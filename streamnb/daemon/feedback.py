@@ -47,6 +47,9 @@ class Entry:
     x_json: bytes
     #: Arrival order (per store), so a store rebuilt from its changelog evicts in the same order.
     seq: int = 0
+    #: With decay (model.half_life_messages): the slice clock its label was learned at, so a
+    #: correction removes what is left of that weight; None without decay or before a label.
+    clock: int | None = None
 
     @property
     def x(self) -> Any:
@@ -104,7 +107,8 @@ class FeedbackStore:
         except orjson.JSONEncodeError as error:
             raise TypeError(f"model input cannot be stored: {error}") from None
 
-    def remember(self, msg_id: str, slice_key: str, x: Any, label: str | None) -> int:
+    def remember(self, msg_id: str, slice_key: str, x: Any, label: str | None,
+                 clock: int | None = None) -> int:
         """Keep ``msg_id``; ``x`` is the model input or its :meth:`encode_x` bytes.
 
         Returns how many old entries were evicted to make room.
@@ -116,7 +120,7 @@ class FeedbackStore:
         if old is not None:
             self.nbytes -= self._size(msg_id, old)
         slice_key = self._slice_names.setdefault(slice_key, slice_key)
-        entry = Entry(slice_key, label, x_json, self._next_seq)
+        entry = Entry(slice_key, label, x_json, self._next_seq, clock)
         self._next_seq += 1
         self._entries[msg_id] = entry
         self.nbytes += self._size(msg_id, entry)
@@ -135,8 +139,13 @@ class FeedbackStore:
         self.evicted += evicted
         return evicted
 
-    def set_label(self, msg_id: str, label: str | None) -> None:
-        self._entries[msg_id].label = label
+    def set_label(self, msg_id: str, label: str | None, clock: int | None = None) -> None:
+        """The label the model now holds for ``msg_id``; ``clock``, when given, the slice
+        clock it was learned at (decay)."""
+        entry = self._entries[msg_id]
+        entry.label = label
+        if clock is not None:
+            entry.clock = clock
         if self._changed is not None:
             self._changed.add(msg_id)
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from streamnb.daemon.changelog import ChangelogError, apply_records
 from streamnb.daemon.feedback import FeedbackStore
-from streamnb.models._keyed import MODEL_KEY, replace_part
+from streamnb.models._keyed import MODEL_KEY, TOTALS_KEY, replace_part
 
 __all__ = ["TP", "Partitions", "Slice", "slice_key", "tp_of"]
 
@@ -109,9 +109,15 @@ class Partitions:
         self.slices.pop(key, None)
         self._resum()
 
-    def learn(self, key: str, x: Any, label: str, unlearn: bool = False) -> None:
-        """Add (or remove) one labelled input to an owned slice and to ``live``."""
+    def learn(self, key: str, x: Any, label: str, unlearn: bool = False,
+              learned_at: int | None = None) -> int | None:
+        """Add (or remove) one labelled input to an owned slice and to ``live``; with decay,
+        ``learned_at`` is the slice clock the message was learned at (see ``learn_one``).
+        Returns the slice's decay clock after the step (None without decay)."""
         model = self.slices[key].model
+        if getattr(model, "half_life", None) is not None:
+            self._learn_decayed(model, x, label, unlearn, learned_at)
+            return model.decay_clock
         if unlearn and getattr(model, "tracks_last_seen", False):
             # What expiry left of it, so that live (a sum of slices) loses the same counts.
             x = model.unlearnable_part(x, label)
@@ -120,13 +126,33 @@ class Partitions:
         if self.live is not model:
             getattr(self.live, step)(x, label)
 
+    def _learn_decayed(self, model: Any, x: Any, label: str, unlearn: bool,
+                       learned_at: int | None) -> None:
+        """The slice takes the step; ``live`` (a sum of slices, at the latest slice clock)
+        follows the keys it changed, converted between the two models' units."""
+        step = model.unlearn_one if unlearn else model.learn_one
+        live = self.live
+        if live is model:
+            step(x, label, learned_at=learned_at)
+            return
+        keys = [*model.token_keys(x), TOTALS_KEY]
+        old_clock = model.decay_clock
+        before = [model.stat_value(k) for k in keys]
+        step(x, label, learned_at=learned_at)
+        live.add_slice_change({k: (old, model.stat_value(k)) for k, old in zip(
+            keys, before, strict=True)}, old_clock, model.decay_clock)
+
     def expire(self, key: str, max_tokens: int, keep: int) -> int:
         """Expire tokens of the owned slice ``key`` if it holds more than ``max_tokens``
         (``TextModel.expire``), and take the same counts out of ``live``; the slice's
         changed keys then hold the tombstones. Returns how many tokens were expired."""
         model = self.slices[key].model
         before = model.expire(max_tokens, keep)
-        if before and self.live is not model:
+        if before and self.live is not model and getattr(model, "half_life", None) is not None:
+            clock = model.decay_clock
+            self.live.add_slice_change({k: (old, model.stat_value(k)) for k, old in
+                                        before.items()}, clock, clock)
+        elif before and self.live is not model:
             live = self.live
             live.set_stat_values({k: replace_part(k, live.stat_value(k), old, model.stat_value(k))
                                   for k, old in before.items()})
@@ -152,6 +178,11 @@ class Partitions:
                 whole[0] = True
                 return
             live = self.live
+            if getattr(live, "half_life", None) is not None:
+                old_clock = part.model.decay_clock  # changes come before the slice is set
+                totals = changes.get(TOTALS_KEY, (None, None))[1] or {}
+                live.add_slice_change(changes, old_clock, totals.get("decay_clock", old_clock))
+                return
             live.set_stat_values({key: replace_part(key, live.stat_value(key), old, new)
                                   for key, (old, new) in changes.items()})
 

@@ -127,6 +127,8 @@ class RecordProcessor:
         id)."""
         if result is None or result[0] != MESSAGE:
             return None  # too large, a decode error, feedback, or rejected by the featurizer
+        if getattr(self.live, "half_life", None) is not None:
+            return None  # decay: every learn moves the clock, one message at a time
         msg_id, label, x, x_json = result[1:5]
         if not self._label_allowed(label) or msg_id in self._store(key) or msg_id in run_ids:
             return None
@@ -247,11 +249,11 @@ class RecordProcessor:
             self.metrics.observe_labelled(label, _predicted(proba), proba)
         if entry is None:
             try:
-                self._learn(key, new.x, label)
+                clock = self._learn(key, new.x, label)
             except Exception as error:  # noqa: BLE001
                 self._dead_letter(new.record, "model_rejected", str(error))
                 return
-            store.remember(msg_id, key, new.x_json, label)
+            store.remember(msg_id, key, new.x_json, label, clock)
         else:
             # The same id again (a producer retry, or a re-sent message): each id counts once,
             # under its latest label, exactly as feedback would treat it.
@@ -296,23 +298,29 @@ class RecordProcessor:
     def _apply_label(self, msg_id: str, entry, label: str) -> None:
         store = self._store(entry.slice)
         outcome = decide(entry, label)
+        clock = None
         if outcome == "learned":
-            self._learn(entry.slice, entry.x, label)
+            clock = self._learn(entry.slice, entry.x, label)
         elif outcome == "relabelled":
+            # With decay the correction keeps the message's age: the old label's remaining
+            # weight goes, the new label gets the weight it would have had.
             x = entry.x
-            self._learn(entry.slice, x, entry.label, unlearn=True)
+            self._learn(entry.slice, x, entry.label, unlearn=True, learned_at=entry.clock)
             self.metrics.unlearned(entry.label)
-            self._learn(entry.slice, x, label)
+            self._learn(entry.slice, x, label, learned_at=entry.clock)
             self.metrics.relabelled()
         if outcome != "duplicate":
-            store.set_label(msg_id, label)
+            store.set_label(msg_id, label, clock)
         self.metrics.feedback_outcome(outcome)
 
-    def _learn(self, key: str, x: Any, label: str, unlearn: bool = False) -> None:
-        """Add (or remove) one labelled input to the owned slice ``key`` and the live model."""
-        self.parts.learn(key, x, label, unlearn=unlearn)
+    def _learn(self, key: str, x: Any, label: str, unlearn: bool = False,
+               learned_at: int | None = None) -> int | None:
+        """Add (or remove) one labelled input to the owned slice ``key`` and the live model;
+        returns the slice's decay clock after it (None without decay)."""
+        clock = self.parts.learn(key, x, label, unlearn=unlearn, learned_at=learned_at)
         if not unlearn:
             self._tally["learned", label] += 1
+        return clock
 
     def _fits_state(self, key: str, msg_id: str, x_json: bytes, label: str | None) -> bool:
         """Whether the message's feedback entry fits one record of its changelog partition:

@@ -84,6 +84,10 @@ class Tables:
                 table = table.setdefault(parent, {})
                 if not isinstance(table, dict):
                     raise OptionsError(f"--set {assignment!r}: {parent} is not a table")
+            if section == "model" and not parents and leaf == "half_life_messages":
+                # config.toml's decay key, given as the model option it becomes
+                table.pop("half_life", None)
+                leaf = "half_life"
             table[leaf] = parse_value(raw_value.strip())
         return Tables(model, features, source=self.source)
 
@@ -119,12 +123,14 @@ def model_table(config_model: dict[str, Any]) -> dict[str, Any]:
     {'kind': 'bernoulli', 'alpha': 0.5}
     """
     # labels and the token budget are the daemon's (an offline replay has no use for them)
-    daemon_keys = ("labels", "options", "max_tokens", "expiry_floor")
+    daemon_keys = ("labels", "options", "max_tokens", "expiry_floor", "half_life_messages")
     table = {key: value for key, value in config_model.items() if key not in daemon_keys}
     options = config_model.get("options", {})
     if not isinstance(options, dict):
         raise OptionsError("[model.options] must be a table")
-    return {**table, **copy.deepcopy(options)}
+    # decay changes what is learned, so an offline replay measures it as the daemon runs it
+    decay = config_model.get("half_life_messages")
+    return {**table, **copy.deepcopy(options), **({"half_life": decay} if decay else {})}
 
 
 def parse_value(text: str) -> Any:

@@ -188,7 +188,7 @@ class KeyedTextStatistics:
 
     def stat_keys(self) -> list[tuple]:
         keys = [token_key(self._keys[row]) for row in self._vocabulary_rows().tolist()]
-        if self._n_docs.any() or self._totals.any():
+        if self._n_docs.any() or self._totals.any() or self._decay_clock:
             keys.append(TOTALS_KEY)
         return keys
 
@@ -198,12 +198,15 @@ class KeyedTextStatistics:
             n_docs = {labels[c]: n for c, n in enumerate(self._n_docs.tolist()) if n}
             totals = {labels[c]: t for c, t in enumerate(self._totals.tolist()) if t}
             seen = self._seen
-            if not (n_docs or totals or (seen is not None and self._clock)):
+            if not (n_docs or totals or (seen is not None and self._clock)
+                    or self._decay_clock):
                 return None
             value = {"n_docs": dict(sorted(n_docs.items())),
                      "totals": dict(sorted(totals.items()))}
             if seen is not None:
                 value["clock"] = self._clock
+            if self.half_life is not None:
+                value["decay_clock"] = self._decay_clock
             return value
         if len(key) != 2 or key[0] != "token":
             raise KeyError(key)
@@ -231,9 +234,11 @@ class KeyedTextStatistics:
                 if not isinstance(totals, Mapping):
                     raise StateError(f"corrupt statistics value for {key!r}")
                 clock = totals.get("clock")
-                if clock is not None and (isinstance(clock, bool) or not isinstance(clock, int)
-                                          or clock < 0):
-                    raise StateError(f"corrupt statistics value for {key!r}: bad clock")
+                decay_clock = totals.get("decay_clock", 0)
+                for stamp in (clock, decay_clock):
+                    if stamp is not None and (isinstance(stamp, bool)
+                                              or not isinstance(stamp, int) or stamp < 0):
+                        raise StateError(f"corrupt statistics value for {key!r}: bad clock")
                 totals = {part: _counts(totals.get(part), (*key, part))
                           for part in ("n_docs", "totals")}
             elif isinstance(key, tuple) and len(key) == 2 and key[0] == "token":
@@ -253,6 +258,10 @@ class KeyedTextStatistics:
         if totals is not None:
             if self._seen is not None:
                 self._clock = clock or 0
+            if self.half_life is not None:
+                # the counts set are in this clock's units (its epoch): no rescaling here
+                self._decay_clock = decay_clock
+                self._set_scale()
             column = self._column
             self._n_docs[:] = 0.0
             self._totals[:] = 0.0

@@ -52,6 +52,32 @@ _EXACT_COUNT = 2**46
 #: (``tests/models/test_models_short_path.py`` checks it on messages of every length).
 SHORT_MESSAGE_TOKENS = 64
 
+#: A decaying model (``half_life``) stores its counts in units that grow by 2 every half-life
+#: (so a learn writes only the message's keys); every DECAY_EPOCH_BITS half-lives it divides
+#: every count by 2**DECAY_EPOCH_BITS, exactly (a power of two), and starts a new *epoch*.
+DECAY_EPOCH_BITS = 64
+#: An unlearn that leaves less than this fraction of a count sets it to zero: the rest is the
+#: rounding of the decayed weights, not a message (see docs/models.md, "Decay").
+DECAY_ZERO = 1e-9
+
+
+def decay_epoch(clock: int, half_life: int) -> int:
+    """The epoch of a decaying model at ``clock`` (learned messages)."""
+    return clock // (DECAY_EPOCH_BITS * half_life)
+
+
+def decay_weight(at: int, half_life: int, epoch: int) -> float:
+    """The stored weight of a message learned at clock ``at``, in the units of ``epoch``:
+    2**(at / half_life) / 2**(epoch * DECAY_EPOCH_BITS), computed as a power of two times
+    2**(r / half_life) with 0 <= r < DECAY_EPOCH_BITS * half_life, so that two models (slices)
+    in different epochs hold the same message's weight to the bit, up to a power of two.
+
+    >>> decay_weight(0, 10, 0), decay_weight(10, 10, 0), decay_weight(640, 10, 1)
+    (1.0, 2.0, 1.0)
+    """
+    q, r = divmod(at, DECAY_EPOCH_BITS * half_life)
+    return math.ldexp(2.0 ** (r / half_life), DECAY_EPOCH_BITS * (q - epoch))
+
 
 def term_spreads(terms: np.ndarray) -> np.ndarray:
     """Per token (row), max − min of its terms over the classes (columns); for two classes
@@ -66,13 +92,23 @@ class TextModel(KeyedTextStatistics, Model):
     """Base of :class:`MultinomialNB` and :class:`BernoulliNB` (token-count inputs)."""
 
     numeric_input: ClassVar[bool] = False
-    _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "top_k", "temperature", "n_buckets")
+    _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "top_k", "temperature", "n_buckets",
+                                           "half_life")
     #: Options that change what is counted (models differing in them cannot be merged).
-    _COUNTING_OPTIONS: ClassVar[tuple[str, ...]] = ("n_buckets",)
+    _COUNTING_OPTIONS: ClassVar[tuple[str, ...]] = ("n_buckets", "half_life")
 
     def __init__(self, alpha: float = 1.0, *, top_k: int | None = None,
-                 temperature: float = 1.0, n_buckets: int | None = None):
+                 temperature: float = 1.0, n_buckets: int | None = None,
+                 half_life: int | None = None):
         self.alpha = check_positive("alpha", alpha)
+        # Decay (see docs/models.md): a message learned at clock t_i weighs 2**-((t - t_i) / h)
+        # at clock t (learned messages). 0 or None: no decay, integer counts.
+        self.half_life = check_optional_int("half_life", half_life or None)
+        self._decay_clock = 0  # messages learned (with decay)
+        # The smoothing and the unit scoring uses: alpha and 1 without decay; with decay the
+        # counts are stored times the scale g = decay_weight(clock), and so are these two.
+        self._alpha = self.alpha
+        self._unit = 1.0
         self.top_k = check_optional_int("top_k", top_k)
         # Scores are divided by the temperature before they are normalised: the ranking and
         # the decision stay the same, only the probabilities soften (see docs/accuracy.md).
@@ -119,7 +155,10 @@ class TextModel(KeyedTextStatistics, Model):
 
     # -- options and introspection ------------------------------------------------------------
     def options(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self._OPTIONS}
+        # half_life is listed only when set: a model without decay has the options (and the
+        # state) it had before decay existed.
+        return {name: getattr(self, name) for name in self._OPTIONS
+                if name != "half_life" or self.half_life is not None}
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
@@ -132,7 +171,10 @@ class TextModel(KeyedTextStatistics, Model):
 
     @property
     def n_updates(self) -> int:
-        """Net number of labelled messages learned (learned minus unlearned)."""
+        """Net number of labelled messages learned (learned minus unlearned); with decay,
+        their decayed weight (the messages the model remembers), rounded."""
+        if self.half_life is not None:
+            return round(float(self._n_docs.sum()) / self._unit)
         return int(self._n_docs.sum())
 
     @property
@@ -308,16 +350,37 @@ class TextModel(KeyedTextStatistics, Model):
             elif learning:
                 check_label(y)
 
-    def learn_one(self, x: Mapping[str, float], y: str) -> None:
-        """Count the message ``x`` (token -> count) as an example of class ``y``."""
-        self._update(x, y, 1.0)
+    def learn_one(self, x: Mapping[str, float], y: str, *, learned_at: int | None = None
+                  ) -> None:
+        """Count the message ``x`` (token -> count) as an example of class ``y``.
 
-    def unlearn_one(self, x: Mapping[str, float], y: str) -> None:
-        """Exactly undo ``learn_one(x, y)`` (never raises on counts going negative)."""
-        self._update(x, y, -1.0)
+        With ``half_life`` the message is learned at the next clock (one more learned
+        message), or, given ``learned_at``, with the weight of a message learned at that
+        clock without moving the clock (a corrected label keeps its message's age)."""
+        self._update(x, y, 1.0, learned_at)
 
-    def _update(self, x: Mapping[str, float], y: str, sign: float) -> None:
+    def unlearn_one(self, x: Mapping[str, float], y: str, *, learned_at: int | None = None
+                    ) -> None:
+        """Exactly undo ``learn_one(x, y)`` (never raises on counts going negative).
+
+        With ``half_life``, ``learned_at`` is the clock the message was learned at (default:
+        the current clock, the last message learned); what remains of its weight is removed.
+        The clock does not move back: the messages learned since stay as old as they are."""
+        self._update(x, y, -1.0, learned_at)
+
+    def unlearn_many(self, X, ys) -> None:
+        if self.half_life is not None:
+            # each message needs the clock it was learned at: only the caller knows them
+            raise ValueError("with half_life, unlearn each message with "
+                             "unlearn_one(x, y, learned_at=<the clock it was learned at>)")
+        super().unlearn_many(X, ys)
+
+    def _update(self, x: Mapping[str, float], y: str, sign: float,
+                learned_at: int | None = None) -> None:
         check_label(y)
+        if self.half_life is not None:
+            self._update_decayed(x, y, sign, learned_at)
+            return
         if sign < 0 and self._seen is not None:
             x = self.unlearnable_part(x, y)
         short = self._short_counts(x, learning=True)
@@ -369,13 +432,142 @@ class TextModel(KeyedTextStatistics, Model):
     def _after_update(self, column: int, old: np.ndarray, new: np.ndarray) -> None:
         pass
 
+    # -- decay --------------------------------------------------------------------------------
+    @property
+    def decay_clock(self) -> int:
+        """Messages learned so far by a decaying model (0 without ``half_life``)."""
+        return self._decay_clock
+
+    @property
+    def decay_scale(self) -> float:
+        """g: the stored counts are the decayed counts times g (1.0 without decay)."""
+        return self._unit
+
+    def _set_scale(self) -> None:
+        h = self.half_life
+        if h is None:
+            return
+        g = decay_weight(self._decay_clock, h, decay_epoch(self._decay_clock, h))
+        self._unit = g
+        self._alpha = self.alpha * g
+        self._log_prior_cache = None
+        self._invalidate(None)
+
+    def _rescale(self, shift: int) -> None:
+        """Multiply every stored count by 2**shift (exact, barring underflow to zero)."""
+        used = len(self._keys)
+        if self._changed_rows is not None:
+            self._note_rows(self._vocabulary_rows())
+        self._counts[:used] = np.ldexp(self._counts[:used], shift)
+        self._n_docs = np.ldexp(self._n_docs, shift)
+        self._totals = np.ldexp(self._totals, shift)
+        self._recount()
+        self._rebuild()
+
+    def _advance_clock(self, clock: int) -> None:
+        """Move a decaying model's clock forward to ``clock``, starting a new epoch (every
+        count divided by a power of two) when it crosses one."""
+        h = self.half_life
+        before, after = decay_epoch(self._decay_clock, h), decay_epoch(clock, h)
+        self._decay_clock = clock
+        if after != before:
+            self._rescale(DECAY_EPOCH_BITS * (before - after))
+        self._set_scale()
+
+    def token_keys(self, x: Mapping[str, float]) -> list[tuple]:
+        """The statistics keys of the tokens (or hash buckets) of ``x``."""
+        return [("token", key) for key in self._encode(x)[0]]
+
+    def add_slice_change(self, changes: Mapping[tuple, tuple[Any, Any]], old_clock: int,
+                         new_clock: int) -> None:
+        """A decaying sum of slices follows one slice: ``self += new - old`` for each key of
+        ``changes`` (``{key: (old value, new value)}``, keyed values of the slice), the old
+        values in the units of the slice's epoch at ``old_clock``, the new ones at
+        ``new_clock``. The sum's clock becomes the later of its own and ``new_clock``."""
+        h = self.half_life
+        if h is None:
+            raise RuntimeError("add_slice_change() is for a decaying model (half_life)")
+        if new_clock > self._decay_clock:
+            self._advance_clock(new_clock)
+        mine = decay_epoch(self._decay_clock, h)
+        old_shift = DECAY_EPOCH_BITS * (decay_epoch(old_clock, h) - mine)
+        new_shift = DECAY_EPOCH_BITS * (decay_epoch(new_clock, h) - mine)
+        values: dict[tuple, Any] = {}
+        for key, (old, new) in changes.items():
+            current = self.stat_value(key)
+            if key == ("totals",):
+                current, old, new = current or {}, old or {}, new or {}
+                values[key] = {part: _shifted_sum(current.get(part), old.get(part),
+                                                  new.get(part), old_shift, new_shift) or {}
+                               for part in ("n_docs", "totals")}
+                values[key]["decay_clock"] = self._decay_clock
+            else:
+                values[key] = _shifted_sum(current, old, new, old_shift, new_shift)
+        self.set_stat_values(values)
+
+    def _update_decayed(self, x: Mapping[str, float], y: str, sign: float,
+                        learned_at: int | None) -> None:
+        """:meth:`_update` with decay: the array path, the message's values times its
+        weight; an unlearn removes what remains of the weight it was learned with."""
+        keys, values = self._encode(x)
+        if learned_at is not None and (
+            isinstance(learned_at, bool) or not isinstance(learned_at, int | np.integer)
+            or not 0 <= learned_at <= self._decay_clock
+        ):
+            raise ValueError(f"learned_at must be a clock in [0, {self._decay_clock}], "
+                             f"got {learned_at!r}")
+        rows = self._rows_creating(keys)
+        column = self._column_of(y)
+        if sign > 0 and learned_at is None:
+            self._advance_clock(self._decay_clock + 1)
+            learned_at = self._decay_clock
+        elif learned_at is None:
+            learned_at = self._decay_clock
+        h = self.half_life
+        weight = decay_weight(int(learned_at), h, decay_epoch(self._decay_clock, h))
+        if self._seen is not None:
+            self._clock += 1
+            self._seen[rows] = self._clock
+        self._n_docs[column] = _decayed_sum(self._n_docs.item(column), sign * weight)
+        self._negative_docs = int(np.count_nonzero(self._n_docs < 0))
+        self._active = None
+        self._log_prior_cache = None
+        self._invalidate(column)
+        if self._changed_rows is not None:
+            self._note_rows(rows)
+        if not keys:
+            return
+        values = self._training_values(values) * weight
+        old = self._counts[rows, column]
+        if sign < 0:
+            if self._seen is not None:  # what expiry left of it (see unlearnable_part)
+                values = np.minimum(values, np.maximum(old, 0.0))
+            new = old - values
+            new[np.abs(new) <= DECAY_ZERO * np.abs(old)] = 0.0
+        else:
+            new = old + values
+        self._counts[rows, column] = new
+        self._stale[rows] = True
+        self._any_stale = True
+        self._totals[column] = _decayed_sum(self._totals.item(column),
+                                            sign * float(values.sum()))
+        self._n_negative += int(np.count_nonzero(new < 0)) - int(np.count_nonzero(old < 0))
+        changed = (old == 0) != (new == 0)
+        if changed.any():
+            changed_rows = rows[changed]
+            before = self._nnz[changed_rows]
+            after = before + np.where(new[changed] != 0, 1, -1)
+            self._nnz[changed_rows] = after
+            self._vocab += int(np.count_nonzero(before == 0)) - int(np.count_nonzero(after == 0))
+
     # -- the short-message path ---------------------------------------------------------------
     def _short_counts(self, x: Any, learning: bool = False) -> dict | None:
         """``x`` itself when the plain-Python path takes it: a dict (or Counter) of at most
         ``_short_limit`` tokens (str, when learning) with int counts in [1, 2**46), no
         hashing. Anything else (zeros, floats, other key types, bad input) takes the array
         path, which also raises the input errors."""
-        if not isinstance(x, dict) or len(x) > self._short_limit or self.n_buckets is not None:
+        if not isinstance(x, dict) or len(x) > self._short_limit or self.n_buckets is not None \
+                or self.half_life is not None:
             return None
         for value in x.values():
             if type(value) is not int or not 0 < value < _EXACT_COUNT:
@@ -524,6 +716,15 @@ class TextModel(KeyedTextStatistics, Model):
     def _combine(self, other: Model, sign: int) -> TextModel:
         self._check_same_kind(other, *self._COUNTING_OPTIONS)
         assert isinstance(other, TextModel)
+        shift = 0  # the power of two that puts other's counts in this model's units
+        if self.half_life is not None:
+            # The sum at the later clock: each message keeps the weight of its own model's
+            # clock when learned; both are put in the units of the later epoch.
+            h = self.half_life
+            if other._decay_clock > self._decay_clock:
+                self._advance_clock(other._decay_clock)
+            shift = DECAY_EPOCH_BITS * (decay_epoch(other._decay_clock, h)
+                                        - decay_epoch(self._decay_clock, h))
         other_rows = np.flatnonzero(other._nnz[: len(other._keys)] > 0)
         other_columns = [c for c in range(len(other._labels))
                          if other._n_docs[c] != 0 or other._totals[c] != 0
@@ -532,6 +733,8 @@ class TextModel(KeyedTextStatistics, Model):
         if other_rows.size:
             rows = self._rows_creating([other._keys[r] for r in other_rows.tolist()])
             block = other._counts[np.ix_(other_rows, other_columns)]
+            if shift:
+                block = np.ldexp(block, shift)
             self._counts[np.ix_(rows, columns)] += sign * block
             if self._seen is not None and other._seen is not None:
                 self._seen[rows] = np.maximum(self._seen[rows], other._seen[other_rows])
@@ -542,8 +745,8 @@ class TextModel(KeyedTextStatistics, Model):
         if self._changed_rows is not None:
             self._totals_changed = True
         for mine, theirs in zip(columns, other_columns, strict=True):
-            self._n_docs[mine] += sign * other._n_docs[theirs]
-            self._totals[mine] += sign * other._totals[theirs]
+            self._n_docs[mine] += sign * math.ldexp(other._n_docs[theirs], shift)
+            self._totals[mine] += sign * math.ldexp(other._totals[theirs], shift)
         self._recount()
         self._rebuild()
         return self
@@ -854,6 +1057,8 @@ class TextModel(KeyedTextStatistics, Model):
         if self._seen is not None:
             state["clock"] = self._clock
             state["last_seen"] = self._seen[rows].tolist()
+        if self.half_life is not None:
+            state["decay_clock"] = self._decay_clock
         return state
 
     @classmethod
@@ -886,6 +1091,9 @@ class TextModel(KeyedTextStatistics, Model):
         model._counts[rows] = counts.T
         if "last_seen" in state or "clock" in state:
             model._load_last_seen(state, rows)
+        if model.half_life is not None:
+            model._decay_clock = _decay_clock_of(state.get("decay_clock", 0), "decay_clock")
+            model._set_scale()
         model._recount()
         model._check_loaded()
         model._rebuild()
@@ -1045,6 +1253,43 @@ class TextModel(KeyedTextStatistics, Model):
         self._rebuild()
         if changed is not None:
             self._changed_rows = changed
+
+
+def _decayed_sum(old: float, change: float) -> float:
+    """``old + change``, zero when that leaves less than DECAY_ZERO of ``old`` (rounding)."""
+    new = old + change
+    return 0.0 if abs(new) <= DECAY_ZERO * abs(old) else new
+
+
+def _plain_counts(value: Any) -> dict:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping) and "counts" in value and "seen" in value:
+        value = value["counts"]
+    return value
+
+
+def _shifted_sum(current: Any, old: Any, new: Any, old_shift: int, new_shift: int
+                 ) -> dict | None:
+    """``current - old * 2**old_shift + new * 2**new_shift`` for {label: count} values (None,
+    or with last-seen stamps, allowed); a count cancelled to rounding is zero."""
+    out = dict(_plain_counts(current))
+    scale = dict.fromkeys(out, 0.0)
+    for value, shift, sign in ((old, old_shift, -1.0), (new, new_shift, 1.0)):
+        for label, count in _plain_counts(value).items():
+            term = math.ldexp(float(count), shift)
+            out[label] = out.get(label, 0.0) + sign * term
+            scale[label] = max(scale.get(label, 0.0), abs(term))
+    kept = {label: count for label, count in sorted(out.items())
+            if abs(count) > DECAY_ZERO * max(scale[label], abs(_plain_counts(current).get(
+                label, 0.0)))}
+    return kept or None
+
+
+def _decay_clock_of(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StateError(f"corrupt state: {where!r} must be an int >= 0, got {value!r}")
+    return value
 
 
 def _strongest(contributions: np.ndarray, names: list[str], k: int) -> list[int]:

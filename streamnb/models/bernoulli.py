@@ -48,8 +48,10 @@ class BernoulliNB(TextModel):
     kind: ClassVar[str] = "bernoulli"
 
     def __init__(self, alpha: float = 1.0, *, top_k: int | None = None,
-                 temperature: float = 1.0, n_buckets: int | None = None):
-        super().__init__(alpha, top_k=top_k, temperature=temperature, n_buckets=n_buckets)
+                 temperature: float = 1.0, n_buckets: int | None = None,
+                 half_life: int | None = None):
+        super().__init__(alpha, top_k=top_k, temperature=temperature, n_buckets=n_buckets,
+                         half_life=half_life)
         self._hist: list[np.ndarray] = []  # per class: m_k for k >= 1 at index k
         self._hist_negative: list[dict[int, int]] = []  # m_k for k < 0 (slices only)
         self._hist_nonzero = np.zeros(0, dtype=np.int64)  # per class: Σ_{k≠0} m_k
@@ -73,6 +75,8 @@ class BernoulliNB(TextModel):
             self._absent_sum[column] = math.nan
 
     def _after_update(self, column: int, old: np.ndarray, new: np.ndarray) -> None:
+        if self.half_life is not None:
+            return  # decayed counts are not integers: no histogram (see _absent_sums)
         hist = self._hist[column]
         top = int(new.max())
         if top >= hist.shape[0]:
@@ -95,6 +99,9 @@ class BernoulliNB(TextModel):
 
     def _rebuild(self) -> None:
         used = len(self._keys)
+        if self.half_life is not None:
+            self._invalidate(None)
+            return
         for column in range(len(self._labels)):
             counts = self._counts[:used, column].astype(np.int64)
             positive = counts[counts > 0]
@@ -106,12 +113,22 @@ class BernoulliNB(TextModel):
 
     def _check_loaded(self) -> None:
         used = len(self._keys)
-        if not np.array_equal(self._counts[:used], np.rint(self._counts[:used])):
+        if self.half_life is None and not np.array_equal(self._counts[:used],
+                                                         np.rint(self._counts[:used])):
             raise StateError("corrupt state: Bernoulli document counts must be integers")
 
     def _absent_sums(self, columns: np.ndarray) -> np.ndarray:
         """Σ_{j∈V} log(D_c − D_jc + α) per class, from the histogram (cached per class)."""
         stale = columns[np.isnan(self._absent_sum[columns])]
+        if self.half_life is not None:
+            # Decayed counts: the sum over the vocabulary itself, O(|V|) once per class
+            # and clock (every step changes the scale, so every term).
+            rows = self._vocabulary_rows()
+            for column in stale.tolist():
+                d_c = self._n_docs[column]
+                self._absent_sum[column] = math.fsum(
+                    np.log(d_c - self._counts[rows, column] + self._alpha).tolist())
+            return self._absent_sum[columns]
         for column in stale.tolist():
             d_c = self._n_docs[column]
             hist = self._hist[column]
@@ -129,17 +146,19 @@ class BernoulliNB(TextModel):
         """Σ_{j ∈ V} log(1 − φ_j|label): the score of the empty message, minus the prior."""
         column = np.array([self._column[label]])
         d_c = self._n_docs[column]
-        return float(self._absent_sums(column)[0] - self._vocab * np.log(d_c + 2 * self.alpha)[0])
+        return float(self._absent_sums(column)[0]
+                     - self._vocab * np.log(d_c + 2 * self._alpha)[0])
 
     def _token_scores(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         if not rows.size:
             return np.zeros((0, columns.size))
         counts = self._gather(rows, columns)
-        return np.log(counts + self.alpha) - np.log(self._n_docs[columns] - counts + self.alpha)
+        return np.log(counts + self._alpha) - np.log(self._n_docs[columns] - counts
+                                                     + self._alpha)
 
     def _base_scores(self, columns: np.ndarray) -> np.ndarray:
         d_c = self._n_docs[columns]
-        absent = self._absent_sums(columns) - self._vocab * np.log(d_c + 2 * self.alpha)
+        absent = self._absent_sums(columns) - self._vocab * np.log(d_c + 2 * self._alpha)
         return self._log_prior(columns) + absent
 
     def _trains_on_counts(self) -> bool:
@@ -171,8 +190,8 @@ class BernoulliNB(TextModel):
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]
         rows = self._vocabulary_rows()
-        log_phi = np.log(self._counts[rows, column] + self.alpha) - math.log(
-            self._n_docs[column] + 2 * self.alpha)
+        log_phi = np.log(self._counts[rows, column] + self._alpha) - math.log(
+            self._n_docs[column] + 2 * self._alpha)
         return [self._keys[r] for r in rows.tolist()], log_phi
 
     def feature_log_prob(self, label: str) -> dict:

@@ -90,8 +90,9 @@ class MultinomialNB(TextModel):
     _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "repeated_words", "top_k", "temperature",
                                            "complement", "tf", "idf", "length_norm",
                                            "min_spread", "combining", "robinson_s",
-                                           "robinson_x", "min_dev", "n_buckets")
-    _COUNTING_OPTIONS: ClassVar[tuple[str, ...]] = ("n_buckets", "counts_occurrences")
+                                           "robinson_x", "min_dev", "n_buckets", "half_life")
+    _COUNTING_OPTIONS: ClassVar[tuple[str, ...]] = ("n_buckets", "counts_occurrences",
+                                                    "half_life")
 
     # The defaults are the plain model of seed 003 (TEXTBOOK_OPTIONS), what scikit-learn and
     # river compute; the tuned mail scoring is the "mail" preset (streamnb.models.presets).
@@ -100,7 +101,7 @@ class MultinomialNB(TextModel):
                  tf: str = "raw", idf: bool = False, length_norm: bool = False,
                  min_spread: float = 0.0, combining: str = "nb", robinson_s: float = 0.0178,
                  robinson_x: float = 0.52, min_dev: float = 0.375,
-                 n_buckets: int | None = None):
+                 n_buckets: int | None = None, half_life: int | None = None):
         if repeated_words not in REPEATED_WORDS:
             raise ValueError(
                 f"option 'repeated_words' must be one of {REPEATED_WORDS}, got {repeated_words!r}"
@@ -125,7 +126,8 @@ class MultinomialNB(TextModel):
         self.min_dev = check_positive("min_dev", min_dev, allow_zero=True)
         if not 0 < self.robinson_x < 1 or self.min_dev >= 0.5:
             raise ValueError("options need 0 < robinson_x < 1 and min_dev < 0.5")
-        super().__init__(alpha, top_k=top_k, temperature=temperature, n_buckets=n_buckets)
+        super().__init__(alpha, top_k=top_k, temperature=temperature, n_buckets=n_buckets,
+                         half_life=half_life)
 
     @property
     def counts_occurrences(self) -> bool:
@@ -139,7 +141,7 @@ class MultinomialNB(TextModel):
         return values if self.repeated_words == "count" else np.ones_like(values)
 
     def _log_denominators(self, columns: np.ndarray) -> np.ndarray:
-        return np.log(self._totals[columns] + self.alpha * self._vocab)
+        return np.log(self._totals[columns] + self._alpha * self._vocab)
 
     def _token_scores(self, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         if not rows.size:
@@ -148,9 +150,9 @@ class MultinomialNB(TextModel):
         if self.complement:
             others = counts.sum(axis=1, keepdims=True) - counts
             totals = self._totals[columns]
-            return np.log(totals.sum() - totals + self.alpha * self._vocab) - np.log(
-                others + self.alpha)
-        return np.log(counts + self.alpha) - self._log_denominators(columns)
+            return np.log(totals.sum() - totals + self._alpha * self._vocab) - np.log(
+                others + self._alpha)
+        return np.log(counts + self._alpha) - self._log_denominators(columns)
 
     def _score_rows(self, columns, known, values, rows, top_k, want_terms):
         if self.combining != "nb":
@@ -165,7 +167,7 @@ class MultinomialNB(TextModel):
             return (columns, (known, None), self._weigh(values, rows, columns), terms,
                     self._log_prior(columns).copy())
         counts = self._gather(rows, columns)
-        log_counts = np.log(counts + self.alpha)
+        log_counts = np.log(counts + self._alpha)
         log_denominators = self._log_denominators(columns)
         df = None
         if self.idf:  # messages holding each token (counts are integers: any order is exact)
@@ -192,6 +194,8 @@ class MultinomialNB(TextModel):
         each weighted 1 (``_score_rows``'s results, top_k not applied)."""
         counts = self._gather(rows, columns)
         n_docs = self._n_docs[columns]
+        if self.half_life is not None:  # Robinson's strength s weighs against true counts
+            counts, n_docs = counts / self._unit, n_docs / self._unit
         if (counts < 0).any() or (n_docs < 0).any():
             raise ValueError(
                 "this state has negative counts (a partial slice?): only a sum of slices "
@@ -254,8 +258,9 @@ class MultinomialNB(TextModel):
                 df = self._gather(rows, columns).sum(axis=1)
             n = self._n_docs[columns].sum()
             # max(log((1 + n) / (1 + df)) + 1, 0), computed in place
-            idf = np.add(df, 1.0)
-            np.divide(1.0 + n, idf, out=idf)
+            # 1 is self._unit: with decay the counts are stored times the scale g
+            idf = np.add(df, self._unit)
+            np.divide(self._unit + n, idf, out=idf)
             np.log(idf, out=idf)
             idf += 1.0
             np.maximum(idf, 0.0, out=idf)
@@ -380,7 +385,8 @@ class MultinomialNB(TextModel):
         True
         """
         xs, ys = list(xs), list(ys)
-        if len(xs) != len(ys) or not _prequential.takes(self):
+        # decay: the loop (each step moves the clock, and the scale of every count)
+        if len(xs) != len(ys) or self.half_life is not None or not _prequential.takes(self):
             return super().prequential_many(xs, ys)
         return _prequential.prequential_many(self, xs, ys)
 
@@ -389,8 +395,8 @@ class MultinomialNB(TextModel):
         rows = self._vocabulary_rows()
         if not rows.size:  # an empty vocabulary: no θ (and N_c + α|V| = 0)
             return [], np.zeros(0)
-        log_theta = np.log(self._counts[rows, column] + self.alpha) - math.log(
-            self._totals[column] + self.alpha * self._vocab)
+        log_theta = np.log(self._counts[rows, column] + self._alpha) - math.log(
+            self._totals[column] + self._alpha * self._vocab)
         return [self._keys[r] for r in rows.tolist()], log_theta
 
     def feature_log_prob(self, label: str) -> dict:
