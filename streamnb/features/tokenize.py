@@ -32,6 +32,8 @@ Rules (each an option of :class:`~streamnb.features.options.FeaturizerOptions`):
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import string
 from collections import Counter
@@ -43,7 +45,38 @@ from streamnb.features.mail import registrable_domain
 from streamnb.features.options import FeaturizerOptions
 from streamnb.features.stopwords import STOP_LISTS
 
-__all__ = ["Tokenizer", "osb_pairs", "url_hosts"]
+try:  # the word rules in C, built by ``pip install -e .`` (make setup); see native_words()
+    from streamnb.features import _tokens
+except ImportError:  # an install without a compiler: the pure-Python rules, same tokens
+    _tokens = None
+
+__all__ = ["Tokenizer", "native_words", "osb_pairs", "url_hosts"]
+
+_log = logging.getLogger(__name__)
+_PURE_PYTHON_ENV = "STREAMNB_PURE_PYTHON"
+_path_logged = False
+
+
+def native_words() -> bool:
+    """Whether tokenizers made now find and count words in C (``streamnb.features._tokens``).
+
+    True when the extension is built, unless ``STREAMNB_PURE_PYTHON=1`` asks for the
+    pure-Python rules (the reference the C code is tested against). Both give the same tokens.
+    """
+    return _tokens is not None and os.environ.get(_PURE_PYTHON_ENV, "") in ("", "0")
+
+
+def _log_path_once(native: bool) -> None:
+    global _path_logged
+    if not _path_logged:
+        _path_logged = True
+        if native:
+            _log.info("featurizer: words found and counted in C (streamnb.features._tokens)")
+        elif _tokens is None:
+            _log.warning("featurizer: the C extension streamnb.features._tokens is not built; "
+                         "words are found in Python, about 2x slower (pip install -e . builds it)")
+        else:
+            _log.info("featurizer: words found in Python (%s=1)", _PURE_PYTHON_ENV)
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef"
 _HAN_RUN_RE = re.compile(f"([{_HAN}]+)")
@@ -129,9 +162,13 @@ def osb_pairs(words: list[str], window: int) -> list[str]:
 
 
 class Tokenizer:
-    """Splits text into tokens according to ``options`` (see the module docstring)."""
+    """Splits text into tokens according to ``options`` (see the module docstring).
 
-    def __init__(self, options: FeaturizerOptions | None = None):
+    ``native`` chooses how words are found: in C (``streamnb.features._tokens``) or by the
+    regexes below; ``None`` takes C when :func:`native_words` says so. The tokens are the same.
+    """
+
+    def __init__(self, options: FeaturizerOptions | None = None, *, native: bool | None = None):
         self.options = options = options or FeaturizerOptions()
         lo, hi = max(options.min_token_len, 1), max(options.max_token_len, 1)
         # Length bounds live in the regex, so no Python loop looks at each word: a run longer
@@ -154,6 +191,17 @@ class Tokenizer:
         )
         # The bounds the word regex has built in, or that _bounded applies to joined words.
         self._bounds = (options.min_token_len, options.max_token_len) if self._joined else (lo, hi)
+        if native is None:
+            native = native_words()
+        elif native and _tokens is None:
+            raise RuntimeError("the C extension streamnb.features._tokens is not built")
+        _log_path_once(native)
+        # The same rule in C: finds the words in one pass and makes one str per distinct word.
+        self._native = (
+            _tokens.WordCounter(*self._bounds, options.word_joiners, options.join_digits)
+            if native
+            else None
+        )
         stop: set[str] = set(options.stop_words)
         for name in options.stop_lists:
             if name not in STOP_LISTS:
@@ -171,20 +219,29 @@ class Tokenizer:
         """
         options = self.options
         text = self._prepare(text)
-        if text.isascii():
+        if self._native is not None:
+            find = self._native.words
+            if text.isascii() or not _HAN_CHAR_RE.search(text):
+                return find(text)
+        elif text.isascii():
             return self._bounded(self._ascii_word_re.findall(text))
-        if not _HAN_CHAR_RE.search(text):
+        elif not _HAN_CHAR_RE.search(text):
             return self._bounded(self._word_re.findall(text))
+        else:
+            regex_find = self._word_re.findall
+
+            def find(chunk: str) -> list[str]:
+                return self._bounded(regex_find(chunk))
+
         chunks = _HAN_RUN_RE.split(text)  # other text, Han run, other text, Han run, ...
         segmented = iter(self._segment(" ".join(chunks[1::2])))  # one call for all runs
-        find = self._word_re.findall
         lo, hi = options.min_cjk_token_len, options.max_token_len
         whole_runs = options.cjk_runs or options.cjk_bigrams
         words: list[str] = []
         for i, chunk in enumerate(chunks):
             if not i % 2:
                 if chunk:
-                    words += self._bounded(find(chunk))
+                    words += find(chunk)
                 continue
             pieces = 0
             for word in segmented:  # this run's words, up to the " " between runs
@@ -225,6 +282,16 @@ class Tokenizer:
         lo, hi = self._bounds
         return [w for w in words if lo <= len(w) <= hi]
 
+    def _count_text(self, text: str) -> Counter[str]:
+        """Counts of the words of ``text`` (no Han runs in it), by C or by the word regex."""
+        if self._native is not None:
+            counts: Counter[str] = Counter()
+            self._native.count(text, counts)
+            return counts
+        if text.isascii():
+            return self._ascii_bag(text)
+        return self._counted(self._word_re.findall(text))
+
     def _counted(self, words: list[str]) -> Counter[str]:
         """``Counter(self._bounded(words))``, with the bounds checked once per distinct word."""
         counts = Counter(words)  # counted in C
@@ -248,12 +315,10 @@ class Tokenizer:
         if self.options.cjk_runs or self.options.cjk_bigrams:
             return Counter(self.words(text))
         text = self._prepare(text)
-        if text.isascii():
-            return self._ascii_bag(text)
-        if not _HAN_CHAR_RE.search(text):
-            return self._counted(self._word_re.findall(text))
+        if text.isascii() or not _HAN_CHAR_RE.search(text):
+            return self._count_text(text)
         chunks = _HAN_RUN_RE.split(text)
-        counts = self._counted(self._word_re.findall(" ".join(chunks[0::2])))
+        counts = self._count_text(" ".join(chunks[0::2]))
         chinese = self._segment(" ".join(chunks[1::2]))
         counts.update(chinese)  # a list: counted in C, where a Counter would loop in Python
         counts.pop(" ", None)
@@ -334,13 +399,27 @@ class Tokenizer:
         """
         if self.options.lowercase:
             text = text.lower()
-        if not text.isascii():
+        if not text.isascii() or self._native is not None:
             return [prefix + w for w in self.words(text)]
         words = self._ascii_word_re.findall(text)
         if self._joined:
             lo, hi = self._bounds
             return [prefix + w for w in words if lo <= len(w) <= hi]
         return [prefix + w for w in words]
+
+    def count_prefixed(self, prefix: str, text: str, counts: Counter[str]) -> None:
+        """``counts.update(self.prefixed(prefix, text))``, without the list when it can."""
+        if self._native is None:
+            counts.update(self.prefixed(prefix, text))
+            return
+        if self.options.lowercase:
+            text = text.lower()
+        if not text.isascii():
+            text = self._prepare(text)  # lower() again changes nothing
+            if _HAN_CHAR_RE.search(text):  # Chinese: segmented, as words() does
+                counts.update([prefix + w for w in self.words(text)])
+                return
+        self._native.count(text, counts, prefix)
 
     def _numbers(self, words: list[str]) -> list[str]:
         """Numbers dropped or shaped (``123`` -> ``000``); words with digits in them are kept."""
