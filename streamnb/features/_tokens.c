@@ -149,97 +149,29 @@ hash_final(uint64_t h)
     return h ^ (h >> 33);
 }
 
-/* ---- the words made before, shared by every call ----------------------------------------
- * A stream's mail repeats the same few thousand words: their str objects are kept here and
- * handed out again (with their Python hash already computed), so most words of a mail cost no
- * allocation at all. Bounded: when full it is emptied and fills again with what comes next. */
-
-#define CACHE_SLOTS ((size_t)1 << 16)
-#define CACHE_MAX (CACHE_SLOTS / 2)
-
-typedef struct {
-    uint64_t hash;
-    PyObject *word; /* owned; NULL = empty */
-} CacheSlot;
-
-static CacheSlot *cache;
-static size_t cache_used;
-
-static void
-cache_clear(void)
-{
-    if (cache == NULL)
-        return;
-    for (size_t s = 0; s < CACHE_SLOTS; s++)
-        Py_CLEAR(cache[s].word);
-    cache_used = 0;
-}
-
-/* Whether ``word`` is prefix + data[start:start+len], code point by code point. */
-static inline int
-same_word(PyObject *word, PyObject *prefix, int kind, const void *data, Py_ssize_t start,
-          Py_ssize_t len)
-{
-    Py_ssize_t plen = prefix == NULL ? 0 : PyUnicode_GET_LENGTH(prefix);
-    if (PyUnicode_GET_LENGTH(word) != plen + len)
-        return 0;
-    int wkind = PyUnicode_KIND(word);
-    const void *wdata = PyUnicode_DATA(word);
-    if (plen) {
-        int pkind = PyUnicode_KIND(prefix);
-        const void *pdata = PyUnicode_DATA(prefix);
-        if (pkind == wkind) {
-            if (memcmp(wdata, pdata, (size_t)(plen * wkind)) != 0)
-                return 0;
-        }
-        else {
-            for (Py_ssize_t k = 0; k < plen; k++)
-                if (PyUnicode_READ(wkind, wdata, k) != PyUnicode_READ(pkind, pdata, k))
-                    return 0;
-        }
-    }
-    if (wkind == kind)
-        return memcmp((const char *)wdata + plen * kind, (const char *)data + start * kind,
-                      (size_t)(len * kind)) == 0;
-    for (Py_ssize_t k = 0; k < len; k++)
-        if (PyUnicode_READ(wkind, wdata, plen + k) != PyUnicode_READ(kind, data, start + k))
-            return 0;
-    return 1;
-}
-
-/* A new reference to the str prefix + text[start:start+len], from the cache if it is there. */
+/* A new reference to the str prefix + text[start:start+len]. (A cache of the words made
+ * before, shared by every call, was tried: on mail its lookups miss the CPU caches and it made
+ * counting slower than making the str again.) */
 static PyObject *
-cached_word(PyObject *text, PyObject *prefix, Py_ssize_t start, Py_ssize_t len, uint64_t h)
+make_word(PyObject *text, PyObject *prefix, Py_ssize_t start, Py_ssize_t len)
 {
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    size_t s = 0;
-    if (cache != NULL) {
-        s = (size_t)h & (CACHE_SLOTS - 1);
-        for (; cache[s].word != NULL; s = (s + 1) & (CACHE_SLOTS - 1))
-            if (cache[s].hash == h && same_word(cache[s].word, prefix, kind, data, start, len))
-                return Py_NewRef(cache[s].word);
+    if (prefix != NULL && PyUnicode_IS_ASCII(text) && PyUnicode_IS_ASCII(prefix)) {
+        /* nearly every header word: one allocation, two copies */
+        Py_ssize_t plen = PyUnicode_GET_LENGTH(prefix);
+        PyObject *joined = PyUnicode_New(plen + len, 127);
+        if (joined == NULL)
+            return NULL;
+        memcpy(PyUnicode_1BYTE_DATA(joined), PyUnicode_1BYTE_DATA(prefix), (size_t)plen);
+        memcpy(PyUnicode_1BYTE_DATA(joined) + plen, PyUnicode_1BYTE_DATA(text) + start,
+               (size_t)len);
+        return joined;
     }
     PyObject *word = PyUnicode_Substring(text, start, start + len);
-    if (word == NULL || prefix == NULL || PyUnicode_GET_LENGTH(prefix) == 0) {
-        if (word == NULL || cache == NULL || len > 64)
-            return word;
-    }
-    else {
-        PyObject *joined = PyUnicode_Concat(prefix, word);
-        Py_DECREF(word);
-        if (joined == NULL || cache == NULL || len > 64)
-            return joined;
-        word = joined;
-    }
-    if (cache_used >= CACHE_MAX) {
-        cache_clear();
-        s = (size_t)h & (CACHE_SLOTS - 1);
-    }
-    cache[s].hash = h;
-    cache[s].word = Py_NewRef(word);
-    cache_used++;
-    return word;
+    if (word == NULL || prefix == NULL || PyUnicode_GET_LENGTH(prefix) == 0)
+        return word;
+    PyObject *joined = PyUnicode_Concat(prefix, word);
+    Py_DECREF(word);
+    return joined;
 }
 
 /* The entry of the word data[start:start+len], added (count 0) if new; NULL on error. */
@@ -385,7 +317,7 @@ emit_word(void *state, Py_ssize_t start, Py_ssize_t end)
     if (e == NULL)
         return -1;
     if (e->word == NULL) {
-        e->word = cached_word(st->text, st->prefix, start, end - start, e->hash);
+        e->word = make_word(st->text, st->prefix, start, end - start);
         if (e->word == NULL)
             return -1;
     }
@@ -429,7 +361,7 @@ add_counts(ScanState *st, PyObject *counts)
 {
     for (Py_ssize_t k = 0; k < st->table.n; k++) {
         Entry *e = &st->table.entries[k];
-        PyObject *word = cached_word(st->text, st->prefix, e->start, e->len, e->hash);
+        PyObject *word = make_word(st->text, st->prefix, e->start, e->len);
         if (word == NULL)
             return -1;
         PyObject *n = PyLong_FromSsize_t(e->count);
@@ -508,6 +440,195 @@ WordCounter_words(WordCounter *self, PyObject *text)
     table_free(&st.table);
     return st.list;
 }
+
+/* ---- URL hosts (tokenize.url_hosts) ------------------------------------------------------ */
+
+static inline int
+is_host_char(Py_UCS4 c) /* [\w-] with re.ASCII */
+{
+    return c < 128 && (Py_ISALNUM(c) || c == '_' || c == '-');
+}
+
+static inline int
+is_userinfo_char(Py_UCS4 c) /* [^\s/?#@"'<>] with re.ASCII */
+{
+    return !(c == ' ' || (c >= '\t' && c <= '\r') || c == '/' || c == '?' || c == '#'
+             || c == '@' || c == '"' || c == '\'' || c == '<' || c == '>');
+}
+
+/* The end of [\w-]+(?:\.[\w-]+)+ matched at data[i:end], or -1 if it does not match there. */
+static inline __attribute__((always_inline)) Py_ssize_t
+match_host(int kind, const void *data, Py_ssize_t i, Py_ssize_t end)
+{
+    Py_ssize_t j = i;
+    while (j < end && is_host_char(PyUnicode_READ(kind, data, j)))
+        j++;
+    if (j == i)
+        return -1;
+    int labels = 0;
+    while (j < end && PyUnicode_READ(kind, data, j) == '.') {
+        Py_ssize_t k = j + 1;
+        while (k < end && is_host_char(PyUnicode_READ(kind, data, k)))
+            k++;
+        if (k == j + 1)
+            break;
+        j = k;
+        labels++;
+    }
+    return labels ? j : -1;
+}
+
+/* Whether data[from:at] ends with ``scheme`` (lower-case ASCII), ignoring ASCII case. */
+static inline int
+ends_with_scheme(int kind, const void *data, Py_ssize_t from, Py_ssize_t at, const char *scheme)
+{
+    Py_ssize_t m = (Py_ssize_t)strlen(scheme);
+    if (at - from < m)
+        return 0;
+    for (Py_ssize_t t = 0; t < m; t++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, at - m + t);
+        if (c >= 'A' && c <= 'Z')
+            c += 'a' - 'A';
+        if (c != (Py_UCS4)scheme[t])
+            return 0;
+    }
+    return 1;
+}
+
+/* Appends ``head`` + data[start:end] lower-cased (ASCII host characters) to ``hosts``. */
+static int
+append_host(PyObject *hosts, const char *head, int kind, const void *data, Py_ssize_t start,
+            Py_ssize_t end)
+{
+    Py_ssize_t hlen = (Py_ssize_t)strlen(head);
+    PyObject *host = PyUnicode_New(hlen + end - start, 127);
+    if (host == NULL)
+        return -1;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(host);
+    memcpy(out, head, (size_t)hlen);
+    for (Py_ssize_t k = start; k < end; k++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, k); /* a host character: ASCII */
+        out[hlen + k - start] = (Py_UCS1)(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c);
+    }
+    int failed = PyList_Append(hosts, host);
+    Py_DECREF(host);
+    return failed;
+}
+
+static inline int
+is_www(int kind, const void *data, Py_ssize_t n, Py_ssize_t k)
+{
+    if (k + 4 > n || PyUnicode_READ(kind, data, k + 3) != '.')
+        return 0;
+    Py_UCS4 a = PyUnicode_READ(kind, data, k), b = PyUnicode_READ(kind, data, k + 1),
+            c = PyUnicode_READ(kind, data, k + 2);
+    return (a == 'w' && b == 'w' && c == 'w') || (a == 'W' && b == 'W' && c == 'W');
+}
+
+static inline int
+is_scheme_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t k) /* "://" at k */
+{
+    return k + 3 <= n && PyUnicode_READ(kind, data, k) == ':'
+           && PyUnicode_READ(kind, data, k + 1) == '/' && PyUnicode_READ(kind, data, k + 2) == '/';
+}
+
+static inline __attribute__((always_inline)) int
+find_hosts(PyObject *hosts, int kind, const void *data, Py_ssize_t n)
+{
+    /* "scheme://[userinfo@]host": each URL looked at between its marker and the next one */
+    Py_ssize_t start = 0, at = 0;
+    while (at < n && !is_scheme_end(kind, data, n, at))
+        at++;
+    while (at < n) {
+        Py_ssize_t after = at + 3, following = after;
+        while (following < n && !is_scheme_end(kind, data, n, following))
+            following++;
+        Py_ssize_t end = following, from = at - 5 > start ? at - 5 : start;
+        if (ends_with_scheme(kind, data, from, at, "http")
+            || ends_with_scheme(kind, data, from, at, "https")
+            || ends_with_scheme(kind, data, from, at, "ftp")) {
+            Py_ssize_t host = -1, host_end = -1, k = after;
+            while (k < end && k - after <= 64 && is_userinfo_char(PyUnicode_READ(kind, data, k)))
+                k++;
+            if (k - after <= 64 && k < end && PyUnicode_READ(kind, data, k) == '@') {
+                host_end = match_host(kind, data, k + 1, end);
+                host = k + 1;
+            }
+            if (host_end < 0) {
+                host_end = match_host(kind, data, after, end);
+                host = after;
+            }
+            if (host_end >= 0 && append_host(hosts, "", kind, data, host, host_end) < 0)
+                return -1;
+        }
+        start = after;
+        at = following;
+    }
+    /* bare "www." (or "WWW."), not inside a word, a path or an address */
+    start = 0;
+    at = 0;
+    while (at < n && !is_www(kind, data, n, at))
+        at++;
+    while (at < n) {
+        Py_ssize_t after = at + 4, following = after;
+        while (following < n && !is_www(kind, data, n, following))
+            following++;
+        int free_standing = at == start;
+        if (!free_standing) {
+            Py_UCS4 before = PyUnicode_READ(kind, data, at - 1);
+            free_standing = !(is_host_char(before) || before == '.' || before == '/'
+                              || before == '@');
+        }
+        if (free_standing) {
+            Py_ssize_t host_end = match_host(kind, data, after, following);
+            if (host_end >= 0 && append_host(hosts, "www.", kind, data, after, host_end) < 0)
+                return -1;
+        }
+        start = after;
+        at = following;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(url_hosts_doc,
+"url_hosts(text) -> list[str]\n\n"
+"tokenize.url_hosts: the host names of the http(s)://, ftp:// and bare www. URLs of text.");
+
+static PyObject *
+url_hosts(PyObject *Py_UNUSED(module), PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "url_hosts() takes a str, not %.100s",
+                     Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    PyObject *hosts = PyList_New(0);
+    if (hosts == NULL)
+        return NULL;
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int failed;
+    switch (PyUnicode_KIND(text)) {
+    case PyUnicode_1BYTE_KIND:
+        failed = find_hosts(hosts, PyUnicode_1BYTE_KIND, data, n);
+        break;
+    case PyUnicode_2BYTE_KIND:
+        failed = find_hosts(hosts, PyUnicode_2BYTE_KIND, data, n);
+        break;
+    default:
+        failed = find_hosts(hosts, PyUnicode_4BYTE_KIND, data, n);
+    }
+    if (failed) {
+        Py_DECREF(hosts);
+        return NULL;
+    }
+    return hosts;
+}
+
+static PyMethodDef module_methods[] = {
+    {"url_hosts", (PyCFunction)url_hosts, METH_O, url_hosts_doc},
+    {NULL, NULL, 0, NULL},
+};
 
 /* ---- the type ------------------------------------------------------------------------- */
 
@@ -598,6 +719,7 @@ static struct PyModuleDef module = {
     .m_doc = "The tokenizer's word rules in C: words found and counted without one object per "
              "occurrence.",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC
@@ -605,11 +727,6 @@ PyInit__tokens(void)
 {
     if (PyType_Ready(&WordCounterType) < 0)
         return NULL;
-    if (cache == NULL) {
-        cache = PyMem_Calloc(CACHE_SLOTS, sizeof(CacheSlot));
-        if (cache == NULL)
-            return PyErr_NoMemory();
-    }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

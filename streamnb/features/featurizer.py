@@ -27,7 +27,7 @@ from streamnb.features.errors import FeaturizationError
 from streamnb.features.mail import ADDRESS_RE, Budget, ParsedMail, read_mail, registrable_domain
 from streamnb.features.meta import meta_features
 from streamnb.features.options import FeaturizerOptions
-from streamnb.features.tokenize import Tokenizer, url_hosts, url_tokens
+from streamnb.features.tokenize import Tokenizer, url_tokens
 from streamnb.hashing import stable_bucket
 
 __all__ = ["Featurizer", "Features"]
@@ -88,7 +88,8 @@ class Featurizer:
         hosts = None
         if options.url_tokens or options.meta_features:
             # from the markup of HTML parts: links are not visible text
-            hosts = [h for part in mail.parts for h in url_hosts(part.html or part.text)]
+            find = self.tokenizer.url_hosts
+            hosts = [h for part in mail.parts for h in find(part.html or part.text)]
             if options.url_tokens:
                 counts.update(url_tokens(hosts))
         if options.header_tokens:

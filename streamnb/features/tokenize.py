@@ -202,6 +202,8 @@ class Tokenizer:
             if native
             else None
         )
+        #: :func:`url_hosts`, in C when the words are.
+        self.url_hosts: Callable[[str], list[str]] = _tokens.url_hosts if native else url_hosts
         stop: set[str] = set(options.stop_words)
         for name in options.stop_lists:
             if name not in STOP_LISTS:
@@ -368,7 +370,7 @@ class Tokenizer:
                 money = [_DIGIT_RE.sub("0", m) for m in money]
             counts.update(money)
         if urls and options.url_tokens:
-            counts.update(url_tokens(url_hosts(text)))
+            counts.update(url_tokens(self.url_hosts(text)))
         return counts, n_words
 
     def _count_in_order(

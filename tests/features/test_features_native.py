@@ -105,10 +105,30 @@ def test_every_token_option_set_of_the_digests_counts_the_same(text):
         assert native.count(text) == python.count(text)
 
 
+url_texts = st.lists(
+    st.one_of(
+        st.sampled_from(["http", "HTTPS", "ftp", "hTtP", "://", "www.", "WWW.", "Www.", "@",
+                         "user:pw@", ".", "-", "_", "/", "?", "#", " ", "\n", '"', "<a href=",
+                         "example", "co.uk", "a" * 65, "10.0.0.1", "é", "中", "\ud800"]),
+        st.text(max_size=5),
+    ),
+    max_size=40,
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=url_texts)
+@example(text="see http://" + "u" * 64 + "@host.example.com/ and http://" + "u" * 65 + "@x.org")
+@example(text="xhttp://a.b ftp://@c.d http://e@/f.g www.h.i.www.j.k awww.l.m -www.n.o")
+def test_url_hosts_equal_the_python_function(text):
+    assert tokenize_module._tokens.url_hosts(text) == tokenize_module.url_hosts(text)
+
+
 def test_long_runs_are_linear_and_dropped_or_kept_as_the_rules_say():
     native, python = pair()
     for text in ("a" * 1_000_000, "a-" * 500_000, "_" * 1_000_000, "-" * 1_000_000,
-                 "ab " * 300_000, "\U00020000a" * 200_000):
+                 "ab " * 300_000, "\U00020000a" * 200_000, "http://" * 200_000,
+                 "www." * 300_000, "http://" + "a." * 500_000):
         assert native.count(text) == python.count(text)
 
 
@@ -132,9 +152,9 @@ def test_bad_arguments_raise_and_leave_the_counts_usable():
         type(counter)(1, 2, "a", False)
 
 
-def test_many_distinct_words_fill_and_empty_the_shared_word_cache():
+def test_many_distinct_words_grow_the_table():
     native, python = pair()
-    text = " ".join(f"w{i}x" for i in range(100_000))  # more words than the cache holds
+    text = " ".join(f"w{i}x" for i in range(100_000))  # the table grows many times
     assert native.count(text) == python.count(text)
     assert native.words(text) == python.words(text)
 
