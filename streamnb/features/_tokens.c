@@ -625,8 +625,110 @@ url_hosts(PyObject *Py_UNUSED(module), PyObject *text)
     return hosts;
 }
 
+/* ---- header values (mail._unfold) --------------------------------------------------------- */
+
+static inline int
+is_ascii_space(unsigned char c) /* str.isspace() of an ASCII character */
+{
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+/* ``" ".join(filter(None, map(str.strip, value.decode("ascii").split("\n"))))`` */
+static PyObject *
+unfold_value(PyObject *value)
+{
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(value);
+    Py_ssize_t n = PyBytes_GET_SIZE(value), out_len = 0;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (data[k] >= 128) {
+            PyErr_SetString(PyExc_ValueError, "unfold_headers: a value is not ASCII");
+            return NULL;
+        }
+    /* first pass: the length; second: the copy (no buffer beside the str) */
+    PyObject *text = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        Py_UCS1 *out = pass ? PyUnicode_1BYTE_DATA(text) : NULL;
+        Py_ssize_t at = 0, line = 0;
+        while (line <= n) {
+            const unsigned char *nl = memchr(data + line, '\n', (size_t)(n - line));
+            Py_ssize_t end = nl == NULL ? n : nl - data, a = line, b = end;
+            while (a < b && is_ascii_space(data[a]))
+                a++;
+            while (b > a && is_ascii_space(data[b - 1]))
+                b--;
+            if (b > a) {
+                if (at) {
+                    if (out)
+                        out[at] = ' ';
+                    at++;
+                }
+                if (out)
+                    memcpy(out + at, data + a, (size_t)(b - a));
+                at += b - a;
+            }
+            line = end + 1;
+        }
+        if (!pass) {
+            out_len = at;
+            text = PyUnicode_New(out_len, 127);
+            if (text == NULL)
+                return NULL;
+        }
+    }
+    return text;
+}
+
+PyDoc_STRVAR(unfold_headers_doc,
+"unfold_headers(fields, headers) -> None\n\n"
+"For each (name, raw ASCII value) of ``fields``: ``headers.setdefault(name, []).append(v)``\n"
+"where v is the value unfolded (each line stripped, the non-empty ones joined by a space),\n"
+"as mail._unfold does.");
+
+static PyObject *
+unfold_headers(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *fields, *headers;
+    if (!PyArg_ParseTuple(args, "O!O!:unfold_headers", &PyList_Type, &fields, &PyDict_Type,
+                          &headers))
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(fields); k++) {
+        PyObject *field = PyList_GET_ITEM(fields, k); /* borrowed; the list is not changed */
+        if (!PyTuple_Check(field) || PyTuple_GET_SIZE(field) != 2
+            || !PyBytes_Check(PyTuple_GET_ITEM(field, 1))) {
+            PyErr_SetString(PyExc_TypeError, "unfold_headers: fields are (name, bytes) pairs");
+            return NULL;
+        }
+        Py_INCREF(field); /* the dict calls below may run code that empties the list */
+        PyObject *name = PyTuple_GET_ITEM(field, 0);
+        PyObject *text = unfold_value(PyTuple_GET_ITEM(field, 1));
+        int failed = text == NULL;
+        if (!failed) {
+            PyObject *values = PyDict_GetItemWithError(headers, name); /* borrowed */
+            if (values == NULL && !PyErr_Occurred()) {
+                values = PyList_New(0);
+                failed = values == NULL || PyDict_SetItem(headers, name, values) < 0;
+                Py_XDECREF(values); /* the dict holds it */
+            }
+            else if (values == NULL || !PyList_Check(values)) {
+                if (values != NULL)
+                    PyErr_SetString(PyExc_TypeError, "unfold_headers: values must be lists");
+                failed = 1;
+            }
+            failed = failed || PyList_Append(values, text) < 0;
+        }
+        Py_XDECREF(text);
+        Py_DECREF(field);
+        if (failed)
+            return NULL;
+        if (k >= PyList_GET_SIZE(fields))
+            break;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"url_hosts", (PyCFunction)url_hosts, METH_O, url_hosts_doc},
+    {"unfold_headers", (PyCFunction)unfold_headers, METH_VARARGS, unfold_headers_doc},
     {NULL, NULL, 0, NULL},
 };
 

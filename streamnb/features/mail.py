@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from streamnb.features import native as _native_path
 from streamnb.features.charsets import codec_for, decode_text
 from streamnb.features.errors import FeaturizationError
 from streamnb.features.html import html_to_text
@@ -56,6 +57,8 @@ __all__ = [
 ]
 
 _DEFAULT_OPTIONS = FeaturizerOptions()
+# The header values of a plain block unfolded in C (_unfold's rule), unless pure Python.
+_unfold_headers = _native_path._tokens.unfold_headers if _native_path.enabled() else None
 
 #: What :attr:`ParsedMail.defects` can name. The reader never drops text for a defect; each says
 #: how it read the mail anyway.
@@ -255,9 +258,12 @@ def read_mail(
         hint = mail.charsets[0]
     plain = header_block.isascii() and not encoded_words  # nearly all mail: nothing to decode
     default = options.default_charset
-    for name, value in headers:
-        text = _unfold(value) if plain else decode_header(value, hint, default)
-        mail.headers.setdefault(name, []).append(text)
+    if plain and _unfold_headers is not None:
+        _unfold_headers(headers, mail.headers)
+    else:
+        for name, value in headers:
+            text = _unfold(value) if plain else decode_header(value, hint, default)
+            mail.headers.setdefault(name, []).append(text)
     mail.subject = mail.header("subject")
     for name in ("from", "sender", "reply-to"):
         for value in mail.headers.get(name, ()):

@@ -32,8 +32,6 @@ Rules (each an option of :class:`~streamnb.features.options.FeaturizerOptions`):
 
 from __future__ import annotations
 
-import logging
-import os
 import re
 import string
 from collections import Counter
@@ -41,42 +39,12 @@ from collections.abc import Callable, Iterable
 from functools import lru_cache
 from itertools import filterfalse
 
+from streamnb.features import native as _native_path
 from streamnb.features.mail import registrable_domain
 from streamnb.features.options import FeaturizerOptions
 from streamnb.features.stopwords import STOP_LISTS
 
-try:  # the word rules in C, built by ``pip install -e .`` (make setup); see native_words()
-    from streamnb.features import _tokens
-except ImportError:  # an install without a compiler: the pure-Python rules, same tokens
-    _tokens = None
-
-__all__ = ["Tokenizer", "native_words", "osb_pairs", "url_hosts"]
-
-_log = logging.getLogger(__name__)
-_PURE_PYTHON_ENV = "STREAMNB_PURE_PYTHON"
-_path_logged = False
-
-
-def native_words() -> bool:
-    """Whether tokenizers made now find and count words in C (``streamnb.features._tokens``).
-
-    True when the extension is built, unless ``STREAMNB_PURE_PYTHON=1`` asks for the
-    pure-Python rules (the reference the C code is tested against). Both give the same tokens.
-    """
-    return _tokens is not None and os.environ.get(_PURE_PYTHON_ENV, "") in ("", "0")
-
-
-def _log_path_once(native: bool) -> None:
-    global _path_logged
-    if not _path_logged:
-        _path_logged = True
-        if native:
-            _log.info("featurizer: words found and counted in C (streamnb.features._tokens)")
-        elif _tokens is None:
-            _log.warning("featurizer: the C extension streamnb.features._tokens is not built; "
-                         "words are found in Python, about 2x slower (pip install -e . builds it)")
-        else:
-            _log.info("featurizer: words found in Python (%s=1)", _PURE_PYTHON_ENV)
+__all__ = ["Tokenizer", "osb_pairs", "url_hosts"]
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef"
 _HAN_RUN_RE = re.compile(f"([{_HAN}]+)")
@@ -165,7 +133,8 @@ class Tokenizer:
     """Splits text into tokens according to ``options`` (see the module docstring).
 
     ``native`` chooses how words are found: in C (``streamnb.features._tokens``) or by the
-    regexes below; ``None`` takes C when :func:`native_words` says so. The tokens are the same.
+    regexes below; ``None`` takes C when :func:`streamnb.features.native.enabled` says so.
+    The tokens are the same.
     """
 
     def __init__(self, options: FeaturizerOptions | None = None, *, native: bool | None = None):
@@ -191,11 +160,12 @@ class Tokenizer:
         )
         # The bounds the word regex has built in, or that _bounded applies to joined words.
         self._bounds = (options.min_token_len, options.max_token_len) if self._joined else (lo, hi)
+        _tokens = _native_path._tokens
         if native is None:
-            native = native_words()
+            native = _native_path.enabled()
         elif native and _tokens is None:
             raise RuntimeError("the C extension streamnb.features._tokens is not built")
-        _log_path_once(native)
+        _native_path.log_path_once(native)
         # The same rule in C: finds the words in one pass and makes one str per distinct word.
         self._native = (
             _tokens.WordCounter(*self._bounds, options.word_joiners, options.join_digits)

@@ -16,12 +16,13 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streamnb.features import Featurizer, FeaturizerOptions, Tokenizer
+from streamnb.features import Featurizer, FeaturizerOptions, Tokenizer, mail, native
 from streamnb.features import tokenize as tokenize_module
 from tests.features.token_digests import CORPORA, OPTION_SETS
 
+_tokens = native._tokens
 pytestmark = pytest.mark.skipif(
-    tokenize_module._tokens is None and os.environ.get("STREAMNB_PURE_PYTHON") == "1",
+    _tokens is None and os.environ.get("STREAMNB_PURE_PYTHON") == "1",
     reason="STREAMNB_PURE_PYTHON=1 and the extension is not built",
 )
 
@@ -30,12 +31,13 @@ def test_the_c_extension_is_built_and_used_unless_pure_python_is_asked_for():
     if os.environ.get("STREAMNB_PURE_PYTHON", "") not in ("", "0"):
         assert Featurizer().tokenizer._native is None
         return
-    assert tokenize_module._tokens is not None, (
+    assert _tokens is not None, (
         "streamnb.features._tokens is not built: run `make setup` (pip install -e .), "
         "or set STREAMNB_PURE_PYTHON=1 to test the pure-Python featurizer"
     )
-    assert tokenize_module.native_words()
+    assert native.enabled()
     assert Featurizer().tokenizer._native is not None
+    assert mail._unfold_headers is not None
 
 
 def test_pure_python_is_chosen_by_the_environment(monkeypatch):
@@ -121,7 +123,34 @@ url_texts = st.lists(
 @example(text="see http://" + "u" * 64 + "@host.example.com/ and http://" + "u" * 65 + "@x.org")
 @example(text="xhttp://a.b ftp://@c.d http://e@/f.g www.h.i.www.j.k awww.l.m -www.n.o")
 def test_url_hosts_equal_the_python_function(text):
-    assert tokenize_module._tokens.url_hosts(text) == tokenize_module.url_hosts(text)
+    assert _tokens.url_hosts(text) == tokenize_module.url_hosts(text)
+
+
+header_values = st.lists(
+    st.sampled_from(["a", "Re:", " ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "x y",
+                     "=?", "\x00", "\x7f", ":"]),
+    max_size=30,
+).map(lambda pieces: "".join(pieces).encode("ascii"))
+
+
+@settings(max_examples=500, deadline=None)
+@given(fields=st.lists(st.tuples(st.sampled_from(["subject", "to", "received"]), header_values),
+                       max_size=8))
+def test_header_values_are_unfolded_as_the_python_reader_does(fields):
+    headers: dict[str, list[str]] = {"to": ["already"]}
+    expected = {"to": ["already"]}
+    _tokens.unfold_headers(fields, headers)
+    for name, value in fields:
+        expected.setdefault(name, []).append(mail._unfold(value))
+    assert headers == expected
+
+
+def test_unfolding_refuses_what_is_not_an_ascii_field():
+    for fields in ([("subject", "text")], [("subject",)], [("subject", "é".encode())]):
+        with pytest.raises((TypeError, ValueError)):
+            _tokens.unfold_headers(fields, {})
+    with pytest.raises(TypeError):
+        _tokens.unfold_headers([("subject", b"x")], {"subject": "not a list"})
 
 
 def test_long_runs_are_linear_and_dropped_or_kept_as_the_rules_say():
@@ -169,19 +198,25 @@ def _messages(data_dir, corpus):
 @pytest.mark.slow
 @pytest.mark.parametrize("corpus", CORPORA)
 def test_every_message_of_every_corpus_gives_the_same_features(data_dir, corpus):
-    pairs = {
+    featurizers = {
         name: (Featurizer(FeaturizerOptions(**o), native=True),
                Featurizer(FeaturizerOptions(**o), native=False))
         for name, o in OPTION_SETS.items()
     }
+    unfold_in_c = mail._unfold_headers
     differing: list[tuple[str, str]] = []
     n = 0
     for member, raw in _messages(data_dir, corpus):
         n += 1
-        for name, (native, python) in pairs.items():
-            mail = native.read(raw)  # the reader is the same on both paths
-            a, b = native.from_mail(mail), python.from_mail(mail)
-            if (a.tokens, a.numeric, a.truncated, a.defects) != (
+        for name, (in_c, in_python) in featurizers.items():
+            read_in_c = in_c.read(raw)
+            mail._unfold_headers = None  # the reader's pure-Python path
+            try:
+                read_in_python = in_python.read(raw)
+            finally:
+                mail._unfold_headers = unfold_in_c
+            a, b = in_c.from_mail(read_in_c), in_python.from_mail(read_in_python)
+            if read_in_c != read_in_python or (a.tokens, a.numeric, a.truncated, a.defects) != (
                 b.tokens, b.numeric, b.truncated, b.defects
             ):
                 differing.append((member, name))
