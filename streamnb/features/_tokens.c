@@ -209,32 +209,41 @@ table_find(Table *t, int kind, const void *data, Py_ssize_t start, Py_ssize_t le
 
 /* ---- the scan ---------------------------------------------------------------------------- */
 
-/* Calls emit(start, end) for each word of data[0:n] under self's rule and bounds. Returns the
- * number of words, or -1 if emit failed. Inlined per string kind (constant ``kind``). */
-typedef int (*emit_fn)(void *state, Py_ssize_t start, Py_ssize_t end);
+/* Calls emit(start, end, hash) for each word of data[0:n] under self's rule and bounds, the
+ * hash going on from ``seed`` over the word's code points (hashed as they are scanned).
+ * Returns the number of words, or -1 if emit failed. Inlined per string kind. */
+typedef int (*emit_fn)(void *state, Py_ssize_t start, Py_ssize_t end, uint64_t hash);
+
+#define HASH_STEP(h, c) (((h) ^ (c)) * FNV_PRIME)
 
 static inline __attribute__((always_inline)) Py_ssize_t
-scan(const WordCounter *self, int kind, const void *data, Py_ssize_t n, emit_fn emit,
-     void *state)
+scan(const WordCounter *self, int kind, const void *data, Py_ssize_t n, uint64_t seed,
+     emit_fn emit, void *state)
 {
     const Py_ssize_t lo = self->lo, hi = self->hi;
     const int mode = self->mode;
     Py_ssize_t i = 0, words = 0;
-#define CLASS(k) char_class(self, PyUnicode_READ(kind, data, (k)))
+    Py_UCS4 ch;
+    unsigned c;
+#define NEXT(k) (ch = PyUnicode_READ(kind, data, (k)), c = char_class(self, ch))
     while (i < n) {
-        unsigned c = CLASS(i);
+        NEXT(i);
         if (mode == MODE_PLAIN) {
             if (!(c & C_WORD)) {
                 i++;
                 continue;
             }
-            Py_ssize_t start = i++;
-            while (i < n && (CLASS(i) & C_WORD))
-                i++;
             /* \b before: the run's start; \b after: its end. A run starting with "_" has no
              * word boundary before any letter in it, so it gives nothing. */
-            if ((c & C_ALNUM) && i - start >= lo && i - start <= hi) {
-                if (emit(state, start, i) < 0)
+            int starts_alnum = c & C_ALNUM;
+            uint64_t h = HASH_STEP(seed, ch);
+            Py_ssize_t start = i++;
+            while (i < n && (NEXT(i), c & C_WORD)) {
+                h = HASH_STEP(h, ch);
+                i++;
+            }
+            if (starts_alnum && i - start >= lo && i - start <= hi) {
+                if (emit(state, start, i, hash_final(h)) < 0)
                     return -1;
                 words++;
             }
@@ -244,41 +253,50 @@ scan(const WordCounter *self, int kind, const void *data, Py_ssize_t n, emit_fn 
             i++;
             continue;
         }
+        uint64_t h = HASH_STEP(seed, ch), h_end;
         Py_ssize_t start = i++, end;
         if (mode == MODE_JOINED) {
             for (;;) {
-                while (i < n && (CLASS(i) & C_WORD))
+                while (i < n && (NEXT(i), c & C_WORD)) {
+                    h = HASH_STEP(h, ch);
                     i++;
+                }
                 Py_ssize_t j = i;
-                while (j < n && (CLASS(j) & C_JOINER))
+                uint64_t hj = h;
+                while (j < n && (NEXT(j), c & C_JOINER)) {
+                    hj = HASH_STEP(hj, ch);
                     j++;
-                if (j > i && j < n && (CLASS(j) & C_LETTER)) {
+                }
+                if (j > i && j < n && (c & C_LETTER)) { /* ch, c: data[j] */
+                    h = HASH_STEP(hj, ch);
                     i = j + 1;
                     continue;
                 }
                 break;
             }
             end = i;
+            h_end = h;
         }
         else { /* MODE_JOINED_DIGITS: up to the last letter or digit of the run of \w and joiners */
             end = i;
-            while (i < n) {
-                unsigned d = CLASS(i);
-                if (!(d & (C_WORD | C_JOINER)))
-                    break;
+            h_end = h;
+            while (i < n && (NEXT(i), c & (C_WORD | C_JOINER))) {
+                h = HASH_STEP(h, ch);
                 i++;
-                if (d & C_ALNUM)
+                if (c & C_ALNUM) {
                     end = i;
+                    h_end = h;
+                }
             }
             /* what follows ``end`` up to ``i`` is "_" and joiners: no word starts there */
         }
         if (end - start >= lo && end - start <= hi) {
-            if (emit(state, start, end) < 0)
+            if (emit(state, start, end, hash_final(h_end)) < 0)
                 return -1;
             words++;
         }
     }
-#undef CLASS
+#undef NEXT
     return words;
 }
 
@@ -292,17 +310,11 @@ typedef struct {
     PyObject *list;   /* words(): the list the words go to */
 } ScanState;
 
-static inline Entry *
-find_entry(ScanState *st, Py_ssize_t start, Py_ssize_t end)
-{
-    uint64_t h = hash_final(hash_more(st->seed, st->kind, st->data, start, end - start));
-    return table_find(&st->table, st->kind, st->data, start, end - start, h);
-}
-
 static int
-emit_count(void *state, Py_ssize_t start, Py_ssize_t end)
+emit_count(void *state, Py_ssize_t start, Py_ssize_t end, uint64_t hash)
 {
-    Entry *e = find_entry(state, start, end);
+    ScanState *st = state;
+    Entry *e = table_find(&st->table, st->kind, st->data, start, end - start, hash);
     if (e == NULL)
         return -1;
     e->count++;
@@ -310,10 +322,10 @@ emit_count(void *state, Py_ssize_t start, Py_ssize_t end)
 }
 
 static int
-emit_word(void *state, Py_ssize_t start, Py_ssize_t end)
+emit_word(void *state, Py_ssize_t start, Py_ssize_t end, uint64_t hash)
 {
     ScanState *st = state;
-    Entry *e = find_entry(st, start, end);
+    Entry *e = table_find(&st->table, st->kind, st->data, start, end - start, hash);
     if (e == NULL)
         return -1;
     if (e->word == NULL) {
@@ -331,11 +343,11 @@ scan_text(const WordCounter *self, ScanState *st, emit_fn emit)
     Py_ssize_t n = PyUnicode_GET_LENGTH(st->text);
     switch (st->kind) {
     case PyUnicode_1BYTE_KIND:
-        return scan(self, PyUnicode_1BYTE_KIND, st->data, n, emit, st);
+        return scan(self, PyUnicode_1BYTE_KIND, st->data, n, st->seed, emit, st);
     case PyUnicode_2BYTE_KIND:
-        return scan(self, PyUnicode_2BYTE_KIND, st->data, n, emit, st);
+        return scan(self, PyUnicode_2BYTE_KIND, st->data, n, st->seed, emit, st);
     default:
-        return scan(self, PyUnicode_4BYTE_KIND, st->data, n, emit, st);
+        return scan(self, PyUnicode_4BYTE_KIND, st->data, n, st->seed, emit, st);
     }
 }
 
@@ -369,19 +381,17 @@ add_counts(ScanState *st, PyObject *counts)
             Py_DECREF(word);
             return -1;
         }
-        PyObject *old = PyDict_GetItemWithError(counts, word); /* borrowed */
-        if (old != NULL) {
+        /* one lookup for a new word (nearly all): inserted if the dict grew */
+        Py_ssize_t size = PyDict_GET_SIZE(counts);
+        PyObject *old = PyDict_SetDefault(counts, word, n); /* borrowed */
+        int failed = old == NULL;
+        if (!failed && PyDict_GET_SIZE(counts) == size) { /* it was there: add to it */
             PyObject *sum = PyNumber_Add(old, n);
-            Py_DECREF(n);
-            n = sum;
+            failed = sum == NULL || PyDict_SetItem(counts, word, sum) < 0;
+            Py_XDECREF(sum);
         }
-        else if (PyErr_Occurred()) {
-            Py_DECREF(n);
-            n = NULL;
-        }
-        int failed = n == NULL || PyDict_SetItem(counts, word, n) < 0;
         Py_DECREF(word);
-        Py_XDECREF(n);
+        Py_DECREF(n);
         if (failed)
             return -1;
     }

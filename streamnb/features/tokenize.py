@@ -282,13 +282,19 @@ class Tokenizer:
                     text = text.replace(separator, " ")
         return text
 
-    def _bag_of_words(self, text: str) -> Counter[str]:
-        """Counts of :meth:`words` without putting Chinese and other words back in order."""
+    def _bag_of_words(self, text: str) -> tuple[Counter[str], int]:
+        """Counts of :meth:`words` without putting Chinese and other words back in order, and
+        how many words that is."""
         if self.options.cjk_runs or self.options.cjk_bigrams:
-            return Counter(self.words(text))
+            counts = Counter(self.words(text))
+            return counts, counts.total()
         text = self._prepare(text)
         if text.isascii() or not _HAN_CHAR_RE.search(text):
-            return self._count_text(text)
+            if self._native is not None:  # nearly all mail: one call, the total comes with it
+                counts = Counter()
+                return counts, self._native.count(text, counts)
+            counts = self._count_text(text)
+            return counts, counts.total()
         chunks = _HAN_RUN_RE.split(text)
         counts = self._count_text(" ".join(chunks[0::2]))
         chinese = self._segment(" ".join(chunks[1::2]))
@@ -298,7 +304,7 @@ class Tokenizer:
         if lo > 1 or max(map(len, chinese), default=0) > hi:
             for word in {w for w in chinese if not lo <= len(w) <= hi}:
                 counts.pop(word, None)
-        return counts
+        return counts, counts.total()
 
     def count(
         self,
@@ -325,8 +331,7 @@ class Tokenizer:
         options = self.options
         counts = None
         if not (options.bigrams or options.osb_window) and options.numbers == "keep":
-            counts = self._bag_of_words(text)  # the fast path: order does not matter
-            n_words = counts.total()
+            counts, n_words = self._bag_of_words(text)  # the fast path: order does not matter
             if max_tokens is not None and n_words > max_tokens:
                 counts = None  # cut in order, below
             elif self._stop:  # the stop list is short, the counts may be long
