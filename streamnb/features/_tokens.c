@@ -149,25 +149,26 @@ hash_final(uint64_t h)
     return h ^ (h >> 33);
 }
 
-/* A new reference to the str prefix + text[start:start+len]. (A cache of the words made
- * before, shared by every call, was tried: on mail its lookups miss the CPU caches and it made
- * counting slower than making the str again.) */
+/* A new reference to the str prefix + data[start:start+len]; ``ascii``: data holds only
+ * ASCII. (A cache of the words made before, shared by every call, was tried: on mail its
+ * lookups miss the CPU caches, and counting was slower than making each str again.) */
 static PyObject *
-make_word(PyObject *text, PyObject *prefix, Py_ssize_t start, Py_ssize_t len)
+make_word(int kind, const void *data, int ascii, PyObject *prefix, Py_ssize_t start,
+          Py_ssize_t len)
 {
-    if (prefix != NULL && PyUnicode_IS_ASCII(text) && PyUnicode_IS_ASCII(prefix)) {
-        /* nearly every header word: one allocation, two copies */
-        Py_ssize_t plen = PyUnicode_GET_LENGTH(prefix);
-        PyObject *joined = PyUnicode_New(plen + len, 127);
-        if (joined == NULL)
+    Py_ssize_t plen = prefix == NULL ? 0 : PyUnicode_GET_LENGTH(prefix);
+    if (ascii && (prefix == NULL || PyUnicode_IS_ASCII(prefix))) {
+        /* nearly every word: one allocation, one or two copies */
+        PyObject *word = PyUnicode_New(plen + len, 127);
+        if (word == NULL)
             return NULL;
-        memcpy(PyUnicode_1BYTE_DATA(joined), PyUnicode_1BYTE_DATA(prefix), (size_t)plen);
-        memcpy(PyUnicode_1BYTE_DATA(joined) + plen, PyUnicode_1BYTE_DATA(text) + start,
-               (size_t)len);
-        return joined;
+        if (plen)
+            memcpy(PyUnicode_1BYTE_DATA(word), PyUnicode_1BYTE_DATA(prefix), (size_t)plen);
+        memcpy(PyUnicode_1BYTE_DATA(word) + plen, (const Py_UCS1 *)data + start, (size_t)len);
+        return word;
     }
-    PyObject *word = PyUnicode_Substring(text, start, start + len);
-    if (word == NULL || prefix == NULL || PyUnicode_GET_LENGTH(prefix) == 0)
+    PyObject *word = PyUnicode_FromKindAndData(kind, (const char *)data + start * kind, len);
+    if (word == NULL || plen == 0)
         return word;
     PyObject *joined = PyUnicode_Concat(prefix, word);
     Py_DECREF(word);
@@ -304,8 +305,10 @@ typedef struct {
     Table table;
     int kind;
     const void *data;
-    PyObject *text;
-    PyObject *prefix; /* NULL: none */
+    Py_ssize_t n;
+    int ascii;         /* data holds only ASCII */
+    Py_UCS1 *lowered;  /* count(lower=True): an ASCII text lower-cased, owned */
+    PyObject *prefix;  /* NULL: none */
     uint64_t seed;    /* the hash of the prefix */
     PyObject *list;   /* words(): the list the words go to */
 } ScanState;
@@ -329,7 +332,7 @@ emit_word(void *state, Py_ssize_t start, Py_ssize_t end, uint64_t hash)
     if (e == NULL)
         return -1;
     if (e->word == NULL) {
-        e->word = make_word(st->text, st->prefix, start, end - start);
+        e->word = make_word(st->kind, st->data, st->ascii, st->prefix, start, end - start);
         if (e->word == NULL)
             return -1;
     }
@@ -340,7 +343,7 @@ emit_word(void *state, Py_ssize_t start, Py_ssize_t end, uint64_t hash)
 static inline __attribute__((always_inline)) Py_ssize_t
 scan_text(const WordCounter *self, ScanState *st, emit_fn emit)
 {
-    Py_ssize_t n = PyUnicode_GET_LENGTH(st->text);
+    Py_ssize_t n = st->n;
     switch (st->kind) {
     case PyUnicode_1BYTE_KIND:
         return scan(self, PyUnicode_1BYTE_KIND, st->data, n, st->seed, emit, st);
@@ -351,20 +354,76 @@ scan_text(const WordCounter *self, ScanState *st, emit_fn emit)
     }
 }
 
+/* The scan of kind/data[0:n] (``lower``: an ASCII text, read lower-cased). */
 static int
-state_init(ScanState *st, PyObject *text, PyObject *prefix)
+state_init(ScanState *st, int kind, const void *data, Py_ssize_t n, int ascii, int lower,
+           PyObject *prefix)
 {
-    st->text = text;
-    st->kind = PyUnicode_KIND(text);
-    st->data = PyUnicode_DATA(text);
+    st->kind = kind;
+    st->data = data;
+    st->n = n;
+    st->ascii = ascii;
+    st->lowered = NULL;
     st->prefix = prefix;
     st->seed = FNV_OFFSET;
     if (prefix != NULL)
         st->seed = hash_more(FNV_OFFSET, PyUnicode_KIND(prefix), PyUnicode_DATA(prefix), 0,
                              PyUnicode_GET_LENGTH(prefix));
     st->list = NULL;
+    if (lower) {
+        if (!ascii || kind != PyUnicode_1BYTE_KIND) {
+            PyErr_SetString(PyExc_ValueError, "lower=True needs an ASCII text");
+            return -1;
+        }
+        st->lowered = PyMem_Malloc((size_t)n + 1);
+        if (st->lowered == NULL)
+            return PyErr_NoMemory(), -1;
+        const Py_UCS1 *from = data;
+        for (Py_ssize_t k = 0; k < n; k++)
+            st->lowered[k] = (Py_UCS1)Py_TOLOWER(from[k]);
+        st->data = st->lowered;
+    }
     /* about one distinct word per 25 characters of mail text; the table grows if not */
-    return table_init(&st->table, PyUnicode_GET_LENGTH(text) / 25);
+    if (table_init(&st->table, n / 25) < 0) {
+        PyMem_Free(st->lowered);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+state_init_str(ScanState *st, PyObject *text, int lower, PyObject *prefix)
+{
+    return state_init(st, PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text),
+                      PyUnicode_IS_ASCII(text), lower, prefix);
+}
+
+static void
+state_free(ScanState *st)
+{
+    table_free(&st->table);
+    PyMem_Free(st->lowered);
+    st->lowered = NULL;
+}
+
+/* counts[word] += n */
+static int
+add_count(PyObject *counts, PyObject *word, Py_ssize_t count)
+{
+    PyObject *n = PyLong_FromSsize_t(count);
+    if (n == NULL)
+        return -1;
+    /* one lookup for a new word (nearly all): inserted if the dict grew */
+    Py_ssize_t size = PyDict_GET_SIZE(counts);
+    PyObject *old = PyDict_SetDefault(counts, word, n); /* borrowed */
+    int failed = old == NULL;
+    if (!failed && PyDict_GET_SIZE(counts) == size) { /* it was there: add to it */
+        PyObject *sum = PyNumber_Add(old, n);
+        failed = sum == NULL || PyDict_SetItem(counts, word, sum) < 0;
+        Py_XDECREF(sum);
+    }
+    Py_DECREF(n);
+    return failed ? -1 : 0;
 }
 
 /* counts[prefix + word] += occurrences, for each distinct word of the table. */
@@ -373,25 +432,11 @@ add_counts(ScanState *st, PyObject *counts)
 {
     for (Py_ssize_t k = 0; k < st->table.n; k++) {
         Entry *e = &st->table.entries[k];
-        PyObject *word = make_word(st->text, st->prefix, e->start, e->len);
+        PyObject *word = make_word(st->kind, st->data, st->ascii, st->prefix, e->start, e->len);
         if (word == NULL)
             return -1;
-        PyObject *n = PyLong_FromSsize_t(e->count);
-        if (n == NULL) {
-            Py_DECREF(word);
-            return -1;
-        }
-        /* one lookup for a new word (nearly all): inserted if the dict grew */
-        Py_ssize_t size = PyDict_GET_SIZE(counts);
-        PyObject *old = PyDict_SetDefault(counts, word, n); /* borrowed */
-        int failed = old == NULL;
-        if (!failed && PyDict_GET_SIZE(counts) == size) { /* it was there: add to it */
-            PyObject *sum = PyNumber_Add(old, n);
-            failed = sum == NULL || PyDict_SetItem(counts, word, sum) < 0;
-            Py_XDECREF(sum);
-        }
+        int failed = add_count(counts, word, e->count);
         Py_DECREF(word);
-        Py_DECREF(n);
         if (failed)
             return -1;
     }
@@ -399,31 +444,33 @@ add_counts(ScanState *st, PyObject *counts)
 }
 
 PyDoc_STRVAR(count_doc,
-"count(text, counts, prefix=None) -> int\n\n"
+"count(text, counts, prefix=None, lower=False) -> int\n\n"
 "Adds the words of ``text`` to the dict ``counts`` (``prefix + word`` with a prefix) and\n"
-"returns how many words it found (occurrences, within the length bounds).");
+"returns how many words it found (occurrences, within the length bounds). ``lower``: read\n"
+"an ASCII ``text`` lower-cased (ValueError for another text).");
 
 static PyObject *
 WordCounter_count(WordCounter *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"text", "counts", "prefix", NULL};
+    static char *keywords[] = {"text", "counts", "prefix", "lower", NULL};
     PyObject *text, *counts, *prefix = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UO!|O:count", keywords, &text, &PyDict_Type,
-                                     &counts, &prefix))
+    int lower = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UO!|Op:count", keywords, &text, &PyDict_Type,
+                                     &counts, &prefix, &lower))
         return NULL;
     if (prefix != Py_None && !PyUnicode_Check(prefix)) {
         PyErr_SetString(PyExc_TypeError, "prefix must be a str or None");
         return NULL;
     }
     ScanState st;
-    if (state_init(&st, text, prefix == Py_None ? NULL : prefix) < 0)
+    if (state_init_str(&st, text, lower, prefix == Py_None ? NULL : prefix) < 0)
         return NULL;
     Py_ssize_t words = scan_text(self, &st, emit_count);
     if (words < 0 || add_counts(&st, counts) < 0) {
-        table_free(&st.table);
+        state_free(&st);
         return NULL;
     }
-    table_free(&st.table);
+    state_free(&st);
     return PyLong_FromSsize_t(words);
 }
 
@@ -439,15 +486,15 @@ WordCounter_words(WordCounter *self, PyObject *text)
         return NULL;
     }
     ScanState st;
-    if (state_init(&st, text, NULL) < 0)
+    if (state_init_str(&st, text, 0, NULL) < 0)
         return NULL;
     st.list = PyList_New(0);
     if (st.list == NULL || scan_text(self, &st, emit_word) < 0) {
         Py_XDECREF(st.list);
-        table_free(&st.table);
+        state_free(&st);
         return NULL;
     }
-    table_free(&st.table);
+    state_free(&st);
     return st.list;
 }
 
@@ -635,6 +682,134 @@ url_hosts(PyObject *Py_UNUSED(module), PyObject *text)
     return hosts;
 }
 
+/* ---- address fields (featurizer._count_header_tokens) ------------------------------------- */
+
+static inline int
+is_local_char(unsigned char c) /* [\w.!#$%&'*+/=?^`{|}~-] of mail.ADDRESS_RE, on ASCII */
+{
+    return Py_ISALNUM(c) || (c != 0 && strchr("_.!#$%&'*+/=?^`{|}~-", c) != NULL);
+}
+
+/* counts[prefix + lower(data[start:end])] += 1 */
+static int
+add_lowered(PyObject *counts, PyObject *prefix, const unsigned char *data, Py_ssize_t start,
+            Py_ssize_t end)
+{
+    Py_ssize_t plen = PyUnicode_GET_LENGTH(prefix);
+    PyObject *token = PyUnicode_New(plen + end - start, 127);
+    if (token == NULL)
+        return -1;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(token);
+    memcpy(out, PyUnicode_1BYTE_DATA(prefix), (size_t)plen);
+    for (Py_ssize_t k = start; k < end; k++)
+        out[plen + k - start] = (Py_UCS1)Py_TOLOWER(data[k]);
+    int failed = add_count(counts, token, 1);
+    Py_DECREF(token);
+    return failed;
+}
+
+/* The tokens of one address data[start:end] whose host starts at ``host``: prefix + address,
+ * prefix + registrable domain, prefix + host if that is longer (featurizer._address_tokens,
+ * mail.registrable_domain). */
+static int
+add_address(PyObject *counts, PyObject *prefix, PyObject *second_level,
+            const unsigned char *data, Py_ssize_t start, Py_ssize_t host, Py_ssize_t end)
+{
+    if (add_lowered(counts, prefix, data, start, end) < 0)
+        return -1;
+    Py_ssize_t dots[3] = {-1, -1, -1}, n_dots = 0; /* the last three dots of the host */
+    for (Py_ssize_t k = end - 1; k >= host && n_dots < 3; k--)
+        if (data[k] == '.')
+            dots[n_dots++] = k;
+    /* the host matched [\w-]+(?:\.[\w-]+)+: at least one dot, no empty label */
+    Py_ssize_t domain = n_dots >= 2 ? dots[1] + 1 : host;
+    if (n_dots >= 2 && end - dots[0] - 1 == 2) { /* a two-letter last label: co.uk, com.cn */
+        PyObject *label = PyUnicode_New(dots[0] - dots[1] - 1, 127);
+        if (label == NULL)
+            return -1;
+        for (Py_ssize_t k = dots[1] + 1; k < dots[0]; k++)
+            PyUnicode_1BYTE_DATA(label)[k - dots[1] - 1] = (Py_UCS1)Py_TOLOWER(data[k]);
+        int known = PySequence_Contains(second_level, label);
+        Py_DECREF(label);
+        if (known < 0)
+            return -1;
+        if (known)
+            domain = n_dots >= 3 ? dots[2] + 1 : host;
+    }
+    if (add_lowered(counts, prefix, data, domain, end) < 0)
+        return -1;
+    if (domain != host && add_lowered(counts, prefix, data, host, end) < 0)
+        return -1;
+    return 0;
+}
+
+PyDoc_STRVAR(count_address_field_doc,
+"count_address_field(prefix, value, counts, second_level, address_words, lower) -> None\n\n"
+"The tokens of one ASCII value of an address field (From, To, ...), added to ``counts``:\n"
+"each address (mail.ADDRESS_RE) as prefix + address, domain and host, and the words of the\n"
+"rest of the value (of all of it with ``address_words``), lower-cased with ``lower``.\n"
+"``second_level``: the labels under which a domain has three labels (co.uk).");
+
+static PyObject *
+WordCounter_count_address_field(WordCounter *self, PyObject *args)
+{
+    PyObject *prefix, *value, *counts, *second_level;
+    int address_words, lower;
+    if (!PyArg_ParseTuple(args, "UUO!Opp:count_address_field", &prefix, &value, &PyDict_Type,
+                          &counts, &second_level, &address_words, &lower))
+        return NULL;
+    if (!PyUnicode_IS_ASCII(prefix) || !PyUnicode_IS_ASCII(value)) {
+        PyErr_SetString(PyExc_ValueError, "count_address_field: prefix and value must be ASCII");
+        return NULL;
+    }
+    const unsigned char *data = PyUnicode_1BYTE_DATA(value);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+    /* the value with each address made one space (the words around them) */
+    unsigned char *rest = PyMem_Malloc((size_t)n + 1);
+    if (rest == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t rest_len = 0, kept_from = 0, i = 0;
+    while (i < n) {
+        /* an address starts only where a run of local-part characters starts */
+        if (!is_local_char(data[i]) || (i > 0 && is_local_char(data[i - 1]))) {
+            i++;
+            continue;
+        }
+        Py_ssize_t at = i;
+        while (at < n && is_local_char(data[at]))
+            at++;
+        Py_ssize_t end = at < n && data[at] == '@' ? match_host(PyUnicode_1BYTE_KIND, data,
+                                                                at + 1, n)
+                                                   : -1;
+        if (end < 0) {
+            i = at;
+            continue;
+        }
+        if (add_address(counts, prefix, second_level, data, i, at + 1, end) < 0) {
+            PyMem_Free(rest);
+            return NULL;
+        }
+        memcpy(rest + rest_len, data + kept_from, (size_t)(i - kept_from));
+        rest_len += i - kept_from;
+        rest[rest_len++] = ' ';
+        kept_from = i = end;
+    }
+    memcpy(rest + rest_len, data + kept_from, (size_t)(n - kept_from));
+    rest_len += n - kept_from;
+    ScanState st;
+    int failed = address_words
+        ? state_init_str(&st, value, lower, prefix)
+        : state_init(&st, PyUnicode_1BYTE_KIND, rest, rest_len, 1, lower, prefix);
+    if (!failed) {
+        failed = scan_text(self, &st, emit_count) < 0 || add_counts(&st, counts) < 0;
+        state_free(&st);
+    }
+    PyMem_Free(rest);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ---- header values (mail._unfold) --------------------------------------------------------- */
 
 static inline int
@@ -804,6 +979,8 @@ static PyMethodDef WordCounter_methods[] = {
     {"count", (PyCFunction)(void (*)(void))WordCounter_count, METH_VARARGS | METH_KEYWORDS,
      count_doc},
     {"words", (PyCFunction)WordCounter_words, METH_O, words_doc},
+    {"count_address_field", (PyCFunction)WordCounter_count_address_field, METH_VARARGS,
+     count_address_field_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -153,6 +153,7 @@ class Featurizer:
     def _count_header_tokens(self, mail: ParsedMail, counts: Counter[str]) -> None:
         tokens: list[str] = []  # the address tokens
         count_prefixed = self.tokenizer.count_prefixed
+        count_address_field = self.tokenizer.count_address_field
         names = self.options.header_fields
         if "*" in names:  # every header of the message, in the order first seen
             names = tuple(dict.fromkeys(n for n in (*names, *mail.headers) if n != "*"))
@@ -168,6 +169,8 @@ class Featurizer:
                 count_prefixed(prefix, text, counts)
                 continue
             for value in values:
+                if count_address_field(prefix, value, counts):  # in C
+                    continue
                 if "@" in value:
                     # One regex pass: the text around the addresses, then the addresses.
                     pieces = _ADDRESS_SPLIT_RE.split(value)

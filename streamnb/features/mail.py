@@ -119,7 +119,8 @@ _PARAM_RE = re.compile(
 _LOCAL = r"[\w.!#$%&'*+/=?^`{|}~-]"
 ADDRESS_RE = re.compile(rf"(?<!{_LOCAL}){_LOCAL}+@[\w-]+(?:\.[\w-]+)+")
 _BASE64_JUNK_RE = re.compile(rb"[^A-Za-z0-9+/]")
-_SECOND_LEVEL = frozenset(
+#: Labels under which a country's domains have three labels (``example.co.uk``).
+SECOND_LEVEL_LABELS = frozenset(
     {"co", "com", "net", "org", "gov", "edu", "ac", "or", "ne", "go", "gob", "mil", "nom"}
 )
 
@@ -679,6 +680,6 @@ def registrable_domain(host: str) -> str:
     country code. No public-suffix list: it is a token, not a security decision.
     """
     labels = host.strip(".").split(".")
-    if len(labels) >= 3 and len(labels[-1]) == 2 and labels[-2] in _SECOND_LEVEL:
+    if len(labels) >= 3 and len(labels[-1]) == 2 and labels[-2] in SECOND_LEVEL_LABELS:
         return ".".join(labels[-3:])
     return ".".join(labels[-2:])

@@ -40,7 +40,7 @@ from functools import lru_cache
 from itertools import filterfalse
 
 from streamnb.features import native as _native_path
-from streamnb.features.mail import registrable_domain
+from streamnb.features.mail import SECOND_LEVEL_LABELS, registrable_domain
 from streamnb.features.options import FeaturizerOptions
 from streamnb.features.stopwords import STOP_LISTS
 
@@ -389,14 +389,30 @@ class Tokenizer:
         if self._native is None:
             counts.update(self.prefixed(prefix, text))
             return
-        if self.options.lowercase:
-            text = text.lower()
-        if not text.isascii():
-            text = self._prepare(text)  # lower() again changes nothing
-            if _HAN_CHAR_RE.search(text):  # Chinese: segmented, as words() does
-                counts.update([prefix + w for w in self.words(text)])
-                return
+        if text.isascii():  # nearly every header value: lower-cased in C too
+            self._native.count(text, counts, prefix, self.options.lowercase)
+            return
+        text = self._prepare(text)
+        if _HAN_CHAR_RE.search(text):  # Chinese: segmented, as words() does
+            counts.update([prefix + w for w in self.words(text)])
+            return
         self._native.count(text, counts, prefix)
+
+    def count_address_field(self, prefix: str, value: str, counts: Counter[str]) -> bool:
+        """Count one value of an address field (From, To, ...) in C, if it can be done there.
+
+        The addresses give ``prefix + address``, ``+ domain`` and ``+ host`` tokens, the rest
+        of the value its words (all of it with ``address_words``), as the Featurizer's Python
+        path does. Returns False, having counted nothing, for a value that path must read
+        (the pure-Python tokenizer, or a value or prefix that is not ASCII).
+        """
+        if self._native is None or not (value.isascii() and prefix.isascii()):
+            return False
+        options = self.options
+        self._native.count_address_field(
+            prefix, value, counts, SECOND_LEVEL_LABELS, options.address_words, options.lowercase
+        )
+        return True
 
     def _numbers(self, words: list[str]) -> list[str]:
         """Numbers dropped or shaped (``123`` -> ``000``); words with digits in them are kept."""

@@ -79,6 +79,7 @@ def pair(**options) -> tuple[Tokenizer, Tokenizer]:
 @example(text="a" * 41 + " " + "b-" * 30 + "c", options={})
 @example(text="İstanbul ǅemal ΣΑΣ", options={"max_token_len": 40})
 @example(text="x²y ٣٤ a-٣ a-² ⅫⅠ-b", options={"join_digits": True})
+@example(text="ab-²c ab-٣c ab-Ⅻc", options={})  # ² and Ⅻ are digits, not decimals: letters here
 def test_words_and_counts_equal_the_python_rules_on_any_text(text, options):
     native, python = pair(**options)
     assert native.words(text) == python.words(text)
@@ -153,12 +154,39 @@ def test_unfolding_refuses_what_is_not_an_ascii_field():
         _tokens.unfold_headers([("subject", b"x")], {"subject": "not a list"})
 
 
+address_values = st.lists(
+    st.one_of(
+        st.sampled_from(["Ann", "<", ">", "@", ".", "-", "_", "+", "!", "'", '"', " ", ",", "co",
+                         "uk", "com", "cn", "Mail", "EXAMPLE", "a.b", "1", "=?", "é", "\n"]),
+        st.text(alphabet="ab.@-_+ ", max_size=4),
+    ),
+    max_size=30,
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(values=st.lists(address_values, min_size=1, max_size=3), subject=address_values,
+       address_words=st.booleans(), lowercase=st.booleans(), joiners=st.sampled_from(["-", ""]))
+@example(values=["Ann <Ann.Lee@Mail.Example.CO.UK>, b@c.d, x@y, a@b@c.org, .a@b.cc."],
+         subject="", address_words=False, lowercase=True, joiners="-")
+def test_header_tokens_equal_the_python_path(values, subject, address_words, lowercase, joiners):
+    options = {"address_words": address_words, "lowercase": lowercase, "word_joiners": joiners}
+    parsed = mail.ParsedMail(headers={"from": values, "to": values[:1], "subject": [subject]})
+    in_c = Featurizer(FeaturizerOptions(**options), native=True)
+    in_python = Featurizer(FeaturizerOptions(**options), native=False)
+    assert in_c._header_tokens(parsed) == in_python._header_tokens(parsed)
+
+
 def test_long_runs_are_linear_and_dropped_or_kept_as_the_rules_say():
     native, python = pair()
     for text in ("a" * 1_000_000, "a-" * 500_000, "_" * 1_000_000, "-" * 1_000_000,
                  "ab " * 300_000, "\U00020000a" * 200_000, "http://" * 200_000,
                  "www." * 300_000, "http://" + "a." * 500_000):
         assert native.count(text) == python.count(text)
+    in_c, in_python = Featurizer(native=True), Featurizer(native=False)
+    for value in ("a@" * 300_000, "a" * 500_000 + "@b", "a@b." * 200_000, "." * 500_000):
+        parsed = mail.ParsedMail(headers={"from": [value]})
+        assert in_c._header_tokens(parsed) == in_python._header_tokens(parsed)
 
 
 def test_bad_arguments_raise_and_leave_the_counts_usable():
