@@ -288,9 +288,13 @@ class Tokenizer:
         if self.options.cjk_runs or self.options.cjk_bigrams:
             counts = Counter(self.words(text))
             return counts, counts.total()
+        if self._native is not None and text.isascii():
+            # nearly all mail: one call, lower-cased in C, the total comes with it
+            counts = Counter()
+            return counts, self._native.count(text, counts, None, self.options.lowercase)
         text = self._prepare(text)
         if text.isascii() or not _HAN_CHAR_RE.search(text):
-            if self._native is not None:  # nearly all mail: one call, the total comes with it
+            if self._native is not None:
                 counts = Counter()
                 return counts, self._native.count(text, counts)
             counts = self._count_text(text)
