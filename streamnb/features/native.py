@@ -29,17 +29,21 @@ def enabled() -> bool:
 
 
 def log_path_once(native: bool) -> None:
-    """Say once per process which path the featurizer takes."""
+    """Say once per process which path the featurizer takes.
+
+    A warning only when the extension is missing; the chosen paths are logged at debug level,
+    so a daemon's start (one line for a bad setting) says nothing more than before.
+    """
     global _logged
     if _logged:
         return
     _logged = True
     if native:
-        _log.info("featurizer: words, URL hosts and headers read in C (streamnb.features._tokens)")
+        _log.debug("featurizer: words, URL hosts and headers read in C (streamnb.features._tokens)")
     elif _tokens is None:
         _log.warning(
             "featurizer: the C extension streamnb.features._tokens is not built; reading in "
             "pure Python, about half as fast (pip install -e . builds it)"
         )
     else:
-        _log.info("featurizer: reading in pure Python (%s=1)", PURE_PYTHON_ENV)
+        _log.debug("featurizer: reading in pure Python (%s=1)", PURE_PYTHON_ENV)

@@ -47,6 +47,19 @@ def test_pure_python_is_chosen_by_the_environment(monkeypatch):
     assert Tokenizer()._native is not None
 
 
+def test_a_missing_extension_is_logged_once_as_a_warning(monkeypatch, caplog):
+    monkeypatch.setattr(native, "_tokens", None)
+    monkeypatch.setattr(native, "_logged", False)
+    monkeypatch.delenv("STREAMNB_PURE_PYTHON", raising=False)
+    with caplog.at_level("DEBUG", logger="streamnb.features"):
+        assert Tokenizer()._native is None  # the fallback: the pure-Python rules
+        Tokenizer()
+        with pytest.raises(RuntimeError, match="not built"):
+            Tokenizer(native=True)
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "not built" in warnings[0].getMessage()
+
+
 # Characters that exercise the rules: joiners, "_", ASCII and other digits (isdecimal and
 # not), letters of several scripts, combining marks, Han, separators, surrogates, the largest
 # code points.
