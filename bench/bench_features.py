@@ -4,6 +4,8 @@ The peer ("stdlib") is what a few lines of Python would do: ``email.message_from
 ``policy.compat32``, every ``text/*`` part decoded with its declared charset, tokens by a
 ``\\w+`` regex on the lower-cased text, counted in a dict. The featurizer does much more (charset
 fallbacks, HTML to visible text, Chinese segmentation, header, URL and MIME tokens, limits).
+``streamnb`` runs the C extension (``streamnb.features._tokens``) where it is built;
+``streamnb/python`` is the same featurizer on its pure-Python path, in the same run.
 
 Each round runs every contender over the whole corpus (held in memory, so no disk I/O is
 measured), a slice of ``--slice`` messages at a time: every contender reads a slice before the
@@ -36,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a file as well as with -m
     sys.path.insert(0, str(REPO))
 
-from streamnb.features import Featurizer, FeaturizerOptions  # noqa: E402
+from streamnb.features import Featurizer, FeaturizerOptions, native  # noqa: E402
 
 DATA = Path(os.environ.get("STREAMNB_DATA", REPO.parent / "shared" / "data"))
 _WORD_RE = re.compile(r"\w+")
@@ -81,6 +83,8 @@ def contenders(corpus: str) -> dict[str, Callable[[bytes], object]]:
         "streamnb": Featurizer().from_raw,  # the defaults
         "streamnb+all": Featurizer(everything).from_raw,  # meta-features, bigrams, stop words
     }
+    if native.enabled():  # the same tokens without the C extension (STREAMNB_PURE_PYTHON=1)
+        runs["streamnb/python"] = Featurizer(native=False).from_raw
     if corpus == "chinese-spam":  # what word segmentation costs: single characters instead
         runs["streamnb/chars"] = Featurizer(FeaturizerOptions(cjk_segmenter="chars")).from_raw
     return runs

@@ -8,6 +8,8 @@
 #   prometheus: the monitoring integration test scrapes the daemon with a real server
 #   bogofilter: the peer filter in the accuracy benchmarks
 #   make: the README's commands
+#   gcc, python3-dev: `make setup` compiles the featurizer's C extension
+#                 (streamnb/features/_tokens.c) against the Python headers
 # Run it as root (a container, CI) or as a user with sudo: it uses sudo only when not root.
 set -euo pipefail
 
@@ -21,6 +23,9 @@ command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v bogofilter >/dev/null 2>&1 || need+=(bogofilter)
 command -v make >/dev/null 2>&1 || need+=(make)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+python3 -c 'import os, sysconfig; os.stat(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
+    >/dev/null 2>&1 || need+=(python3-dev)
 
 if ((${#need[@]} == 0)); then
     exit 0

@@ -8,6 +8,8 @@
 * :mod:`~streamnb.features.mail` reads MIME (transfer encodings, charsets, HTML);
 * :mod:`~streamnb.features.tokenize` splits text (Unicode words, Chinese, URLs, bigrams);
 * :mod:`~streamnb.features.meta` computes numeric meta-features for Gaussian models;
+* :mod:`~streamnb.features.native` says whether the C extension (``_tokens``: words, URL
+  hosts, header values) runs, or the pure-Python code it is tested against;
 * :func:`stable_bucket` maps a token to a hash bucket, the same in every process.
 """
 

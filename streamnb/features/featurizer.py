@@ -27,7 +27,7 @@ from streamnb.features.errors import FeaturizationError
 from streamnb.features.mail import ADDRESS_RE, Budget, ParsedMail, read_mail, registrable_domain
 from streamnb.features.meta import meta_features
 from streamnb.features.options import FeaturizerOptions
-from streamnb.features.tokenize import Tokenizer, url_hosts, url_tokens
+from streamnb.features.tokenize import Tokenizer, url_tokens
 from streamnb.hashing import stable_bucket
 
 __all__ = ["Featurizer", "Features"]
@@ -62,9 +62,9 @@ class Featurizer:
     when ``on_limit = "reject"``.
     """
 
-    def __init__(self, options: FeaturizerOptions | None = None):
+    def __init__(self, options: FeaturizerOptions | None = None, *, native: bool | None = None):
         self.options = options or FeaturizerOptions()
-        self.tokenizer = Tokenizer(self.options)
+        self.tokenizer = Tokenizer(self.options, native=native)  # native: see Tokenizer
 
     def read(self, raw: bytes) -> ParsedMail:
         """The parsed mail (subject, addresses, text parts, attachments) of raw bytes."""
@@ -88,11 +88,12 @@ class Featurizer:
         hosts = None
         if options.url_tokens or options.meta_features:
             # from the markup of HTML parts: links are not visible text
-            hosts = [h for part in mail.parts for h in url_hosts(part.html or part.text)]
+            find = self.tokenizer.url_hosts
+            hosts = [h for part in mail.parts for h in find(part.html or part.text)]
             if options.url_tokens:
                 counts.update(url_tokens(hosts))
         if options.header_tokens:
-            counts.update(self._header_tokens(mail))
+            self._count_header_tokens(mail, counts)
         if options.mime_tokens:
             counts.update(_mime_tokens(mail))
         if options.defect_tokens and mail.defects:
@@ -143,9 +144,16 @@ class Featurizer:
             text, self.options.max_tokens, lambda: budget.exceeded("max_tokens"), urls
         )
 
-    def _header_tokens(self, mail: ParsedMail) -> list[str]:
-        tokens: list[str] = []
-        prefixed = self.tokenizer.prefixed
+    def _header_tokens(self, mail: ParsedMail) -> Counter[str]:
+        """The counts of the header tokens of ``mail`` (``subject:free``, ``from:example.com``)."""
+        counts: Counter[str] = Counter()
+        self._count_header_tokens(mail, counts)
+        return counts
+
+    def _count_header_tokens(self, mail: ParsedMail, counts: Counter[str]) -> None:
+        tokens: list[str] = []  # the address tokens
+        count_prefixed = self.tokenizer.count_prefixed
+        count_address_field = self.tokenizer.count_address_field
         names = self.options.header_fields
         if "*" in names:  # every header of the message, in the order first seen
             names = tuple(dict.fromkeys(n for n in (*names, *mail.headers) if n != "*"))
@@ -157,17 +165,20 @@ class Featurizer:
             if name not in _ADDRESS_FIELDS:
                 # The words of all of a field's values at once (a mail has five Received
                 # lines): no word spans the newline between two values.
-                tokens += prefixed(prefix, values[0] if len(values) == 1 else "\n".join(values))
+                text = values[0] if len(values) == 1 else "\n".join(values)
+                count_prefixed(prefix, text, counts)
                 continue
             for value in values:
+                if count_address_field(prefix, value, counts):  # in C
+                    continue
                 if "@" in value:
                     # One regex pass: the text around the addresses, then the addresses.
                     pieces = _ADDRESS_SPLIT_RE.split(value)
                     tokens += _address_tokens(prefix, pieces[1::2])
                     if not self.options.address_words:
                         value = " ".join(pieces[0::2])  # each address made a space
-                tokens += prefixed(prefix, value)
-        return tokens
+                count_prefixed(prefix, value, counts)
+        counts.update(tokens)
 
 
 _ADDRESS_SPLIT_RE = re.compile(f"({ADDRESS_RE.pattern})")

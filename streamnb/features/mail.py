@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from streamnb.features import native as _native_path
 from streamnb.features.charsets import codec_for, decode_text
 from streamnb.features.errors import FeaturizationError
 from streamnb.features.html import html_to_text
@@ -56,6 +57,8 @@ __all__ = [
 ]
 
 _DEFAULT_OPTIONS = FeaturizerOptions()
+# The header values of a plain block unfolded in C (_unfold's rule), unless pure Python.
+_unfold_headers = _native_path._tokens.unfold_headers if _native_path.enabled() else None
 
 #: What :attr:`ParsedMail.defects` can name. The reader never drops text for a defect; each says
 #: how it read the mail anyway.
@@ -116,7 +119,8 @@ _PARAM_RE = re.compile(
 _LOCAL = r"[\w.!#$%&'*+/=?^`{|}~-]"
 ADDRESS_RE = re.compile(rf"(?<!{_LOCAL}){_LOCAL}+@[\w-]+(?:\.[\w-]+)+")
 _BASE64_JUNK_RE = re.compile(rb"[^A-Za-z0-9+/]")
-_SECOND_LEVEL = frozenset(
+#: Labels under which a country's domains have three labels (``example.co.uk``).
+SECOND_LEVEL_LABELS = frozenset(
     {"co", "com", "net", "org", "gov", "edu", "ac", "or", "ne", "go", "gob", "mil", "nom"}
 )
 
@@ -255,9 +259,12 @@ def read_mail(
         hint = mail.charsets[0]
     plain = header_block.isascii() and not encoded_words  # nearly all mail: nothing to decode
     default = options.default_charset
-    for name, value in headers:
-        text = _unfold(value) if plain else decode_header(value, hint, default)
-        mail.headers.setdefault(name, []).append(text)
+    if plain and _unfold_headers is not None:
+        _unfold_headers(headers, mail.headers)
+    else:
+        for name, value in headers:
+            text = _unfold(value) if plain else decode_header(value, hint, default)
+            mail.headers.setdefault(name, []).append(text)
     mail.subject = mail.header("subject")
     for name in ("from", "sender", "reply-to"):
         for value in mail.headers.get(name, ()):
@@ -673,6 +680,6 @@ def registrable_domain(host: str) -> str:
     country code. No public-suffix list: it is a token, not a security decision.
     """
     labels = host.strip(".").split(".")
-    if len(labels) >= 3 and len(labels[-1]) == 2 and labels[-2] in _SECOND_LEVEL:
+    if len(labels) >= 3 and len(labels[-1]) == 2 and labels[-2] in SECOND_LEVEL_LABELS:
         return ".".join(labels[-3:])
     return ".".join(labels[-2:])

@@ -39,7 +39,8 @@ from collections.abc import Callable, Iterable
 from functools import lru_cache
 from itertools import filterfalse
 
-from streamnb.features.mail import registrable_domain
+from streamnb.features import native as _native_path
+from streamnb.features.mail import SECOND_LEVEL_LABELS, registrable_domain
 from streamnb.features.options import FeaturizerOptions
 from streamnb.features.stopwords import STOP_LISTS
 
@@ -129,9 +130,14 @@ def osb_pairs(words: list[str], window: int) -> list[str]:
 
 
 class Tokenizer:
-    """Splits text into tokens according to ``options`` (see the module docstring)."""
+    """Splits text into tokens according to ``options`` (see the module docstring).
 
-    def __init__(self, options: FeaturizerOptions | None = None):
+    ``native`` chooses how words are found: in C (``streamnb.features._tokens``) or by the
+    regexes below; ``None`` takes C when :func:`streamnb.features.native.enabled` says so.
+    The tokens are the same.
+    """
+
+    def __init__(self, options: FeaturizerOptions | None = None, *, native: bool | None = None):
         self.options = options = options or FeaturizerOptions()
         lo, hi = max(options.min_token_len, 1), max(options.max_token_len, 1)
         # Length bounds live in the regex, so no Python loop looks at each word: a run longer
@@ -154,6 +160,20 @@ class Tokenizer:
         )
         # The bounds the word regex has built in, or that _bounded applies to joined words.
         self._bounds = (options.min_token_len, options.max_token_len) if self._joined else (lo, hi)
+        _tokens = _native_path._tokens
+        if native is None:
+            native = _native_path.enabled()
+        elif native and _tokens is None:
+            raise RuntimeError("the C extension streamnb.features._tokens is not built")
+        _native_path.log_path_once(native)
+        # The same rule in C: finds the words in one pass and makes one str per distinct word.
+        self._native = (
+            _tokens.WordCounter(*self._bounds, options.word_joiners, options.join_digits)
+            if native
+            else None
+        )
+        #: :func:`url_hosts`, in C when the words are.
+        self.url_hosts: Callable[[str], list[str]] = _tokens.url_hosts if native else url_hosts
         stop: set[str] = set(options.stop_words)
         for name in options.stop_lists:
             if name not in STOP_LISTS:
@@ -171,20 +191,29 @@ class Tokenizer:
         """
         options = self.options
         text = self._prepare(text)
-        if text.isascii():
+        if self._native is not None:
+            find = self._native.words
+            if text.isascii() or not _HAN_CHAR_RE.search(text):
+                return find(text)
+        elif text.isascii():
             return self._bounded(self._ascii_word_re.findall(text))
-        if not _HAN_CHAR_RE.search(text):
+        elif not _HAN_CHAR_RE.search(text):
             return self._bounded(self._word_re.findall(text))
+        else:
+            regex_find = self._word_re.findall
+
+            def find(chunk: str) -> list[str]:
+                return self._bounded(regex_find(chunk))
+
         chunks = _HAN_RUN_RE.split(text)  # other text, Han run, other text, Han run, ...
         segmented = iter(self._segment(" ".join(chunks[1::2])))  # one call for all runs
-        find = self._word_re.findall
         lo, hi = options.min_cjk_token_len, options.max_token_len
         whole_runs = options.cjk_runs or options.cjk_bigrams
         words: list[str] = []
         for i, chunk in enumerate(chunks):
             if not i % 2:
                 if chunk:
-                    words += self._bounded(find(chunk))
+                    words += find(chunk)
                 continue
             pieces = 0
             for word in segmented:  # this run's words, up to the " " between runs
@@ -225,6 +254,16 @@ class Tokenizer:
         lo, hi = self._bounds
         return [w for w in words if lo <= len(w) <= hi]
 
+    def _count_text(self, text: str) -> Counter[str]:
+        """Counts of the words of ``text`` (no Han runs in it), by C or by the word regex."""
+        if self._native is not None:
+            counts: Counter[str] = Counter()
+            self._native.count(text, counts)
+            return counts
+        if text.isascii():
+            return self._ascii_bag(text)
+        return self._counted(self._word_re.findall(text))
+
     def _counted(self, words: list[str]) -> Counter[str]:
         """``Counter(self._bounded(words))``, with the bounds checked once per distinct word."""
         counts = Counter(words)  # counted in C
@@ -243,17 +282,25 @@ class Tokenizer:
                     text = text.replace(separator, " ")
         return text
 
-    def _bag_of_words(self, text: str) -> Counter[str]:
-        """Counts of :meth:`words` without putting Chinese and other words back in order."""
+    def _bag_of_words(self, text: str) -> tuple[Counter[str], int]:
+        """Counts of :meth:`words` without putting Chinese and other words back in order, and
+        how many words that is."""
         if self.options.cjk_runs or self.options.cjk_bigrams:
-            return Counter(self.words(text))
+            counts = Counter(self.words(text))
+            return counts, counts.total()
+        if self._native is not None and text.isascii():
+            # nearly all mail: one call, lower-cased in C, the total comes with it
+            counts = Counter()
+            return counts, self._native.count(text, counts, None, self.options.lowercase)
         text = self._prepare(text)
-        if text.isascii():
-            return self._ascii_bag(text)
-        if not _HAN_CHAR_RE.search(text):
-            return self._counted(self._word_re.findall(text))
+        if text.isascii() or not _HAN_CHAR_RE.search(text):
+            if self._native is not None:
+                counts = Counter()
+                return counts, self._native.count(text, counts)
+            counts = self._count_text(text)
+            return counts, counts.total()
         chunks = _HAN_RUN_RE.split(text)
-        counts = self._counted(self._word_re.findall(" ".join(chunks[0::2])))
+        counts = self._count_text(" ".join(chunks[0::2]))
         chinese = self._segment(" ".join(chunks[1::2]))
         counts.update(chinese)  # a list: counted in C, where a Counter would loop in Python
         counts.pop(" ", None)
@@ -261,7 +308,7 @@ class Tokenizer:
         if lo > 1 or max(map(len, chinese), default=0) > hi:
             for word in {w for w in chinese if not lo <= len(w) <= hi}:
                 counts.pop(word, None)
-        return counts
+        return counts, counts.total()
 
     def count(
         self,
@@ -288,8 +335,7 @@ class Tokenizer:
         options = self.options
         counts = None
         if not (options.bigrams or options.osb_window) and options.numbers == "keep":
-            counts = self._bag_of_words(text)  # the fast path: order does not matter
-            n_words = counts.total()
+            counts, n_words = self._bag_of_words(text)  # the fast path: order does not matter
             if max_tokens is not None and n_words > max_tokens:
                 counts = None  # cut in order, below
             elif self._stop:  # the stop list is short, the counts may be long
@@ -303,7 +349,7 @@ class Tokenizer:
                 money = [_DIGIT_RE.sub("0", m) for m in money]
             counts.update(money)
         if urls and options.url_tokens:
-            counts.update(url_tokens(url_hosts(text)))
+            counts.update(url_tokens(self.url_hosts(text)))
         return counts, n_words
 
     def _count_in_order(
@@ -334,13 +380,43 @@ class Tokenizer:
         """
         if self.options.lowercase:
             text = text.lower()
-        if not text.isascii():
+        if not text.isascii() or self._native is not None:
             return [prefix + w for w in self.words(text)]
         words = self._ascii_word_re.findall(text)
         if self._joined:
             lo, hi = self._bounds
             return [prefix + w for w in words if lo <= len(w) <= hi]
         return [prefix + w for w in words]
+
+    def count_prefixed(self, prefix: str, text: str, counts: Counter[str]) -> None:
+        """``counts.update(self.prefixed(prefix, text))``, without the list when it can."""
+        if self._native is None:
+            counts.update(self.prefixed(prefix, text))
+            return
+        if text.isascii():  # nearly every header value: lower-cased in C too
+            self._native.count(text, counts, prefix, self.options.lowercase)
+            return
+        text = self._prepare(text)
+        if _HAN_CHAR_RE.search(text):  # Chinese: segmented, as words() does
+            counts.update([prefix + w for w in self.words(text)])
+            return
+        self._native.count(text, counts, prefix)
+
+    def count_address_field(self, prefix: str, value: str, counts: Counter[str]) -> bool:
+        """Count one value of an address field (From, To, ...) in C, if it can be done there.
+
+        The addresses give ``prefix + address``, ``+ domain`` and ``+ host`` tokens, the rest
+        of the value its words (all of it with ``address_words``), as the Featurizer's Python
+        path does. Returns False, having counted nothing, for a value that path must read
+        (the pure-Python tokenizer, or a value or prefix that is not ASCII).
+        """
+        if self._native is None or not (value.isascii() and prefix.isascii()):
+            return False
+        options = self.options
+        self._native.count_address_field(
+            prefix, value, counts, SECOND_LEVEL_LABELS, options.address_words, options.lowercase
+        )
+        return True
 
     def _numbers(self, words: list[str]) -> list[str]:
         """Numbers dropped or shaped (``123`` -> ``000``); words with digits in them are kept."""

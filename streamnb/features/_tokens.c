@@ -1,0 +1,1029 @@
+/* streamnb.features._tokens: the word rules of streamnb.features.tokenize, in C.
+ *
+ * A WordCounter finds the words of a str exactly as the tokenizer's word regex does (Python's
+ * re on str: \w is str.isalnum() or "_", \d is str.isdecimal()), within its length bounds, and
+ * counts them in a hash table over the text's own code points: one str object is made per
+ * DISTINCT word, where re.findall / str.split + Counter make one per occurrence. That object
+ * creation is what bounds a pure-Python tokenizer (bench/features_floor.py).
+ *
+ * The three word rules (tokenize.Tokenizer builds the same ones as regexes):
+ *   PLAIN          \b[^\W_]\w{lo-1,hi-1}\b     a run of \w that starts with a letter or digit,
+ *                                              lo..hi long (a longer run gives nothing)
+ *   JOINED         [^\W_]\w*(?:[J]+[^\W\d_]\w*)*   joiners inside, each run of them followed
+ *                                              by a letter; lo..hi applied to the match
+ *   JOINED_DIGITS  [^\W_](?:[\wJ]*[^\W_])?      joiners followed by a letter or a digit
+ * Every scan is one pass over the text (linear time on any input).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { MODE_PLAIN = 0, MODE_JOINED = 1, MODE_JOINED_DIGITS = 2 };
+
+/* Character classes: \w, [^\W_] (alnum), [^\W\d_] (a letter a joiner may precede), joiner. */
+enum { C_WORD = 1, C_ALNUM = 2, C_LETTER = 4, C_JOINER = 8 };
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t lo, hi;
+    int mode;
+    Py_ssize_t n_joiners;
+    Py_UCS4 *joiners;        /* all of them, ASCII ones too (for the non-ASCII lookup) */
+    unsigned char ascii[128];
+} WordCounter;
+
+static inline unsigned
+char_class(const WordCounter *self, Py_UCS4 c)
+{
+    if (c < 128)
+        return self->ascii[c];
+    if (Py_UNICODE_ISALNUM(c))
+        return C_WORD | C_ALNUM | (Py_UNICODE_ISDECIMAL(c) ? 0 : C_LETTER);
+    for (Py_ssize_t k = 0; k < self->n_joiners; k++)
+        if (self->joiners[k] == c)
+            return C_JOINER;
+    return 0;
+}
+
+/* ---- a hash table of the distinct words of one text, in order of first occurrence ------ */
+
+typedef struct {
+    Py_ssize_t start, len, count;
+    uint64_t hash;
+    PyObject *word; /* made on demand (words()), owned */
+} Entry;
+
+typedef struct {
+    Entry *entries;
+    Py_ssize_t n, cap;  /* entries used / allocated */
+    Py_ssize_t *slots;  /* index + 1 into entries, 0 = empty */
+    size_t mask;        /* slots - 1, a power of two minus one */
+} Table;
+
+static int
+table_init(Table *t, Py_ssize_t expected)
+{
+    size_t n_slots = 64;
+    while ((Py_ssize_t)(n_slots / 2) < expected && n_slots < ((size_t)1 << 40))
+        n_slots <<= 1;
+    t->n = 0;
+    t->cap = (Py_ssize_t)(n_slots / 2);
+    t->entries = PyMem_Malloc((size_t)t->cap * sizeof(Entry));
+    t->slots = PyMem_Calloc(n_slots, sizeof(Py_ssize_t));
+    t->mask = n_slots - 1;
+    if (t->entries == NULL || t->slots == NULL) {
+        PyMem_Free(t->entries);
+        PyMem_Free(t->slots);
+        t->entries = NULL;
+        t->slots = NULL;
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void
+table_free(Table *t)
+{
+    if (t->entries != NULL)
+        for (Py_ssize_t k = 0; k < t->n; k++)
+            Py_XDECREF(t->entries[k].word);
+    PyMem_Free(t->entries);
+    PyMem_Free(t->slots);
+    t->entries = NULL;
+    t->slots = NULL;
+}
+
+/* Doubles the slots and the entries (the table stays at most half full). */
+static int
+table_grow(Table *t)
+{
+    size_t n_slots = (t->mask + 1) * 2;
+    if (n_slots > ((size_t)PY_SSIZE_T_MAX / sizeof(Entry)))
+        return PyErr_NoMemory(), -1;
+    Entry *entries = PyMem_Realloc(t->entries, (n_slots / 2) * sizeof(Entry));
+    if (entries == NULL)
+        return PyErr_NoMemory(), -1;
+    t->entries = entries;
+    Py_ssize_t *slots = PyMem_Calloc(n_slots, sizeof(Py_ssize_t));
+    if (slots == NULL)
+        return PyErr_NoMemory(), -1;
+    PyMem_Free(t->slots);
+    t->slots = slots;
+    t->mask = n_slots - 1;
+    t->cap = (Py_ssize_t)(n_slots / 2);
+    for (Py_ssize_t k = 0; k < t->n; k++) {
+        size_t s = (size_t)t->entries[k].hash & t->mask;
+        while (slots[s])
+            s = (s + 1) & t->mask;
+        slots[s] = k + 1;
+    }
+    return 0;
+}
+
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+/* FNV-1a over code points (the same value for a word whatever the kind of its str), going on
+ * from ``h``: the hash of a prefix is the seed of its words'. */
+static inline uint64_t
+hash_more(uint64_t h, int kind, const void *data, Py_ssize_t start, Py_ssize_t len)
+{
+    for (Py_ssize_t k = start; k < start + len; k++) {
+        h ^= PyUnicode_READ(kind, data, k);
+        h *= FNV_PRIME;
+    }
+    return h;
+}
+
+/* MurmurHash3's finalizer: FNV's low bits depend only on the low bits of the code points,
+ * and the tables index by the low bits. */
+static inline uint64_t
+hash_final(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 33);
+}
+
+/* A new reference to the str prefix + data[start:start+len]; ``ascii``: data holds only
+ * ASCII. (A cache of the words made before, shared by every call, was tried: on mail its
+ * lookups miss the CPU caches, and counting was slower than making each str again.) */
+static PyObject *
+make_word(int kind, const void *data, int ascii, PyObject *prefix, Py_ssize_t start,
+          Py_ssize_t len)
+{
+    Py_ssize_t plen = prefix == NULL ? 0 : PyUnicode_GET_LENGTH(prefix);
+    if (ascii && (prefix == NULL || PyUnicode_IS_ASCII(prefix))) {
+        /* nearly every word: one allocation, one or two copies */
+        PyObject *word = PyUnicode_New(plen + len, 127);
+        if (word == NULL)
+            return NULL;
+        if (plen)
+            memcpy(PyUnicode_1BYTE_DATA(word), PyUnicode_1BYTE_DATA(prefix), (size_t)plen);
+        memcpy(PyUnicode_1BYTE_DATA(word) + plen, (const Py_UCS1 *)data + start, (size_t)len);
+        return word;
+    }
+    PyObject *word = PyUnicode_FromKindAndData(kind, (const char *)data + start * kind, len);
+    if (word == NULL || plen == 0)
+        return word;
+    PyObject *joined = PyUnicode_Concat(prefix, word);
+    Py_DECREF(word);
+    return joined;
+}
+
+/* The entry of the word data[start:start+len], added (count 0) if new; NULL on error. */
+static inline Entry *
+table_find(Table *t, int kind, const void *data, Py_ssize_t start, Py_ssize_t len, uint64_t h)
+{
+    size_t s = (size_t)h & t->mask;
+    const char *bytes = data;
+    for (;;) {
+        Py_ssize_t k = t->slots[s];
+        if (!k)
+            break;
+        Entry *e = &t->entries[k - 1];
+        if (e->hash == h && e->len == len
+            && memcmp(bytes + e->start * kind, bytes + start * kind, (size_t)(len * kind)) == 0)
+            return e;
+        s = (s + 1) & t->mask;
+    }
+    if (t->n >= t->cap) {
+        if (table_grow(t) < 0)
+            return NULL;
+        s = (size_t)h & t->mask;
+        while (t->slots[s])
+            s = (s + 1) & t->mask;
+    }
+    Entry *e = &t->entries[t->n];
+    e->start = start;
+    e->len = len;
+    e->count = 0;
+    e->hash = h;
+    e->word = NULL;
+    t->slots[s] = ++t->n;
+    return e;
+}
+
+/* ---- the scan ---------------------------------------------------------------------------- */
+
+/* Calls emit(start, end, hash) for each word of data[0:n] under self's rule and bounds, the
+ * hash going on from ``seed`` over the word's code points (hashed as they are scanned).
+ * Returns the number of words, or -1 if emit failed. Inlined per string kind. */
+typedef int (*emit_fn)(void *state, Py_ssize_t start, Py_ssize_t end, uint64_t hash);
+
+#define HASH_STEP(h, c) (((h) ^ (c)) * FNV_PRIME)
+
+static inline __attribute__((always_inline)) Py_ssize_t
+scan(const WordCounter *self, int kind, const void *data, Py_ssize_t n, uint64_t seed,
+     emit_fn emit, void *state)
+{
+    const Py_ssize_t lo = self->lo, hi = self->hi;
+    const int mode = self->mode;
+    Py_ssize_t i = 0, words = 0;
+    Py_UCS4 ch;
+    unsigned c;
+#define NEXT(k) (ch = PyUnicode_READ(kind, data, (k)), c = char_class(self, ch))
+    while (i < n) {
+        NEXT(i);
+        if (mode == MODE_PLAIN) {
+            if (!(c & C_WORD)) {
+                i++;
+                continue;
+            }
+            /* \b before: the run's start; \b after: its end. A run starting with "_" has no
+             * word boundary before any letter in it, so it gives nothing. */
+            int starts_alnum = c & C_ALNUM;
+            uint64_t h = HASH_STEP(seed, ch);
+            Py_ssize_t start = i++;
+            while (i < n && (NEXT(i), c & C_WORD)) {
+                h = HASH_STEP(h, ch);
+                i++;
+            }
+            if (starts_alnum && i - start >= lo && i - start <= hi) {
+                if (emit(state, start, i, hash_final(h)) < 0)
+                    return -1;
+                words++;
+            }
+            continue;
+        }
+        if (!(c & C_ALNUM)) {
+            i++;
+            continue;
+        }
+        uint64_t h = HASH_STEP(seed, ch), h_end;
+        Py_ssize_t start = i++, end;
+        if (mode == MODE_JOINED) {
+            for (;;) {
+                while (i < n && (NEXT(i), c & C_WORD)) {
+                    h = HASH_STEP(h, ch);
+                    i++;
+                }
+                Py_ssize_t j = i;
+                uint64_t hj = h;
+                while (j < n && (NEXT(j), c & C_JOINER)) {
+                    hj = HASH_STEP(hj, ch);
+                    j++;
+                }
+                if (j > i && j < n && (c & C_LETTER)) { /* ch, c: data[j] */
+                    h = HASH_STEP(hj, ch);
+                    i = j + 1;
+                    continue;
+                }
+                break;
+            }
+            end = i;
+            h_end = h;
+        }
+        else { /* MODE_JOINED_DIGITS: up to the last letter or digit of the run of \w and joiners */
+            end = i;
+            h_end = h;
+            while (i < n && (NEXT(i), c & (C_WORD | C_JOINER))) {
+                h = HASH_STEP(h, ch);
+                i++;
+                if (c & C_ALNUM) {
+                    end = i;
+                    h_end = h;
+                }
+            }
+            /* what follows ``end`` up to ``i`` is "_" and joiners: no word starts there */
+        }
+        if (end - start >= lo && end - start <= hi) {
+            if (emit(state, start, end, hash_final(h_end)) < 0)
+                return -1;
+            words++;
+        }
+    }
+#undef NEXT
+    return words;
+}
+
+typedef struct {
+    Table table;
+    int kind;
+    const void *data;
+    Py_ssize_t n;
+    int ascii;         /* data holds only ASCII */
+    Py_UCS1 *lowered;  /* count(lower=True): an ASCII text lower-cased, owned */
+    PyObject *prefix;  /* NULL: none */
+    uint64_t seed;    /* the hash of the prefix */
+    PyObject *list;   /* words(): the list the words go to */
+} ScanState;
+
+static int
+emit_count(void *state, Py_ssize_t start, Py_ssize_t end, uint64_t hash)
+{
+    ScanState *st = state;
+    Entry *e = table_find(&st->table, st->kind, st->data, start, end - start, hash);
+    if (e == NULL)
+        return -1;
+    e->count++;
+    return 0;
+}
+
+static int
+emit_word(void *state, Py_ssize_t start, Py_ssize_t end, uint64_t hash)
+{
+    ScanState *st = state;
+    Entry *e = table_find(&st->table, st->kind, st->data, start, end - start, hash);
+    if (e == NULL)
+        return -1;
+    if (e->word == NULL) {
+        e->word = make_word(st->kind, st->data, st->ascii, st->prefix, start, end - start);
+        if (e->word == NULL)
+            return -1;
+    }
+    e->count++;
+    return PyList_Append(st->list, e->word); /* one object per distinct word, shared */
+}
+
+static inline __attribute__((always_inline)) Py_ssize_t
+scan_text(const WordCounter *self, ScanState *st, emit_fn emit)
+{
+    Py_ssize_t n = st->n;
+    switch (st->kind) {
+    case PyUnicode_1BYTE_KIND:
+        return scan(self, PyUnicode_1BYTE_KIND, st->data, n, st->seed, emit, st);
+    case PyUnicode_2BYTE_KIND:
+        return scan(self, PyUnicode_2BYTE_KIND, st->data, n, st->seed, emit, st);
+    default:
+        return scan(self, PyUnicode_4BYTE_KIND, st->data, n, st->seed, emit, st);
+    }
+}
+
+/* The scan of kind/data[0:n] (``lower``: an ASCII text, read lower-cased). */
+static int
+state_init(ScanState *st, int kind, const void *data, Py_ssize_t n, int ascii, int lower,
+           PyObject *prefix)
+{
+    st->kind = kind;
+    st->data = data;
+    st->n = n;
+    st->ascii = ascii;
+    st->lowered = NULL;
+    st->prefix = prefix;
+    st->seed = FNV_OFFSET;
+    if (prefix != NULL)
+        st->seed = hash_more(FNV_OFFSET, PyUnicode_KIND(prefix), PyUnicode_DATA(prefix), 0,
+                             PyUnicode_GET_LENGTH(prefix));
+    st->list = NULL;
+    if (lower) {
+        if (!ascii || kind != PyUnicode_1BYTE_KIND) {
+            PyErr_SetString(PyExc_ValueError, "lower=True needs an ASCII text");
+            return -1;
+        }
+        st->lowered = PyMem_Malloc((size_t)n + 1);
+        if (st->lowered == NULL)
+            return PyErr_NoMemory(), -1;
+        const Py_UCS1 *from = data;
+        for (Py_ssize_t k = 0; k < n; k++)
+            st->lowered[k] = (Py_UCS1)Py_TOLOWER(from[k]);
+        st->data = st->lowered;
+    }
+    /* about one distinct word per 25 characters of mail text; the table grows if not */
+    if (table_init(&st->table, n / 25) < 0) {
+        PyMem_Free(st->lowered);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+state_init_str(ScanState *st, PyObject *text, int lower, PyObject *prefix)
+{
+    return state_init(st, PyUnicode_KIND(text), PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text),
+                      PyUnicode_IS_ASCII(text), lower, prefix);
+}
+
+static void
+state_free(ScanState *st)
+{
+    table_free(&st->table);
+    PyMem_Free(st->lowered);
+    st->lowered = NULL;
+}
+
+/* counts[word] += n */
+static int
+add_count(PyObject *counts, PyObject *word, Py_ssize_t count)
+{
+    PyObject *n = PyLong_FromSsize_t(count);
+    if (n == NULL)
+        return -1;
+    /* one lookup for a new word (nearly all): inserted if the dict grew */
+    Py_ssize_t size = PyDict_GET_SIZE(counts);
+    PyObject *old = PyDict_SetDefault(counts, word, n); /* borrowed */
+    int failed = old == NULL;
+    if (!failed && PyDict_GET_SIZE(counts) == size) { /* it was there: add to it */
+        PyObject *sum = PyNumber_Add(old, n);
+        failed = sum == NULL || PyDict_SetItem(counts, word, sum) < 0;
+        Py_XDECREF(sum);
+    }
+    Py_DECREF(n);
+    return failed ? -1 : 0;
+}
+
+/* counts[prefix + word] += occurrences, for each distinct word of the table. */
+static int
+add_counts(ScanState *st, PyObject *counts)
+{
+    for (Py_ssize_t k = 0; k < st->table.n; k++) {
+        Entry *e = &st->table.entries[k];
+        PyObject *word = make_word(st->kind, st->data, st->ascii, st->prefix, e->start, e->len);
+        if (word == NULL)
+            return -1;
+        int failed = add_count(counts, word, e->count);
+        Py_DECREF(word);
+        if (failed)
+            return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(count_doc,
+"count(text, counts, prefix=None, lower=False) -> int\n\n"
+"Adds the words of ``text`` to the dict ``counts`` (``prefix + word`` with a prefix) and\n"
+"returns how many words it found (occurrences, within the length bounds). ``lower``: read\n"
+"an ASCII ``text`` lower-cased (ValueError for another text).");
+
+static PyObject *
+WordCounter_count(WordCounter *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"text", "counts", "prefix", "lower", NULL};
+    PyObject *text, *counts, *prefix = Py_None;
+    int lower = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "UO!|Op:count", keywords, &text, &PyDict_Type,
+                                     &counts, &prefix, &lower))
+        return NULL;
+    if (prefix != Py_None && !PyUnicode_Check(prefix)) {
+        PyErr_SetString(PyExc_TypeError, "prefix must be a str or None");
+        return NULL;
+    }
+    ScanState st;
+    if (state_init_str(&st, text, lower, prefix == Py_None ? NULL : prefix) < 0)
+        return NULL;
+    Py_ssize_t words = scan_text(self, &st, emit_count);
+    if (words < 0 || add_counts(&st, counts) < 0) {
+        state_free(&st);
+        return NULL;
+    }
+    state_free(&st);
+    return PyLong_FromSsize_t(words);
+}
+
+PyDoc_STRVAR(words_doc,
+"words(text) -> list[str]\n\n"
+"The words of ``text`` in order (within the length bounds); equal words share one object.");
+
+static PyObject *
+WordCounter_words(WordCounter *self, PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "words() takes a str, not %.100s", Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    ScanState st;
+    if (state_init_str(&st, text, 0, NULL) < 0)
+        return NULL;
+    st.list = PyList_New(0);
+    if (st.list == NULL || scan_text(self, &st, emit_word) < 0) {
+        Py_XDECREF(st.list);
+        state_free(&st);
+        return NULL;
+    }
+    state_free(&st);
+    return st.list;
+}
+
+/* ---- URL hosts (tokenize.url_hosts) ------------------------------------------------------ */
+
+static inline int
+is_host_char(Py_UCS4 c) /* [\w-] with re.ASCII */
+{
+    return c < 128 && (Py_ISALNUM(c) || c == '_' || c == '-');
+}
+
+static inline int
+is_userinfo_char(Py_UCS4 c) /* [^\s/?#@"'<>] with re.ASCII */
+{
+    return !(c == ' ' || (c >= '\t' && c <= '\r') || c == '/' || c == '?' || c == '#'
+             || c == '@' || c == '"' || c == '\'' || c == '<' || c == '>');
+}
+
+/* The end of [\w-]+(?:\.[\w-]+)+ matched at data[i:end], or -1 if it does not match there. */
+static inline __attribute__((always_inline)) Py_ssize_t
+match_host(int kind, const void *data, Py_ssize_t i, Py_ssize_t end)
+{
+    Py_ssize_t j = i;
+    while (j < end && is_host_char(PyUnicode_READ(kind, data, j)))
+        j++;
+    if (j == i)
+        return -1;
+    int labels = 0;
+    while (j < end && PyUnicode_READ(kind, data, j) == '.') {
+        Py_ssize_t k = j + 1;
+        while (k < end && is_host_char(PyUnicode_READ(kind, data, k)))
+            k++;
+        if (k == j + 1)
+            break;
+        j = k;
+        labels++;
+    }
+    return labels ? j : -1;
+}
+
+/* Whether data[from:at] ends with ``scheme`` (lower-case ASCII), ignoring ASCII case. */
+static inline int
+ends_with_scheme(int kind, const void *data, Py_ssize_t from, Py_ssize_t at, const char *scheme)
+{
+    Py_ssize_t m = (Py_ssize_t)strlen(scheme);
+    if (at - from < m)
+        return 0;
+    for (Py_ssize_t t = 0; t < m; t++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, at - m + t);
+        if (c >= 'A' && c <= 'Z')
+            c += 'a' - 'A';
+        if (c != (Py_UCS4)scheme[t])
+            return 0;
+    }
+    return 1;
+}
+
+/* Appends ``head`` + data[start:end] lower-cased (ASCII host characters) to ``hosts``. */
+static int
+append_host(PyObject *hosts, const char *head, int kind, const void *data, Py_ssize_t start,
+            Py_ssize_t end)
+{
+    Py_ssize_t hlen = (Py_ssize_t)strlen(head);
+    PyObject *host = PyUnicode_New(hlen + end - start, 127);
+    if (host == NULL)
+        return -1;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(host);
+    memcpy(out, head, (size_t)hlen);
+    for (Py_ssize_t k = start; k < end; k++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, k); /* a host character: ASCII */
+        out[hlen + k - start] = (Py_UCS1)(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c);
+    }
+    int failed = PyList_Append(hosts, host);
+    Py_DECREF(host);
+    return failed;
+}
+
+static inline int
+is_www(int kind, const void *data, Py_ssize_t n, Py_ssize_t k)
+{
+    if (k + 4 > n || PyUnicode_READ(kind, data, k + 3) != '.')
+        return 0;
+    Py_UCS4 a = PyUnicode_READ(kind, data, k), b = PyUnicode_READ(kind, data, k + 1),
+            c = PyUnicode_READ(kind, data, k + 2);
+    return (a == 'w' && b == 'w' && c == 'w') || (a == 'W' && b == 'W' && c == 'W');
+}
+
+static inline int
+is_scheme_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t k) /* "://" at k */
+{
+    return k + 3 <= n && PyUnicode_READ(kind, data, k) == ':'
+           && PyUnicode_READ(kind, data, k + 1) == '/' && PyUnicode_READ(kind, data, k + 2) == '/';
+}
+
+static inline __attribute__((always_inline)) int
+find_hosts(PyObject *hosts, int kind, const void *data, Py_ssize_t n)
+{
+    /* "scheme://[userinfo@]host": each URL looked at between its marker and the next one */
+    Py_ssize_t start = 0, at = 0;
+    while (at < n && !is_scheme_end(kind, data, n, at))
+        at++;
+    while (at < n) {
+        Py_ssize_t after = at + 3, following = after;
+        while (following < n && !is_scheme_end(kind, data, n, following))
+            following++;
+        Py_ssize_t end = following, from = at - 5 > start ? at - 5 : start;
+        if (ends_with_scheme(kind, data, from, at, "http")
+            || ends_with_scheme(kind, data, from, at, "https")
+            || ends_with_scheme(kind, data, from, at, "ftp")) {
+            Py_ssize_t host = -1, host_end = -1, k = after;
+            while (k < end && k - after <= 64 && is_userinfo_char(PyUnicode_READ(kind, data, k)))
+                k++;
+            if (k - after <= 64 && k < end && PyUnicode_READ(kind, data, k) == '@') {
+                host_end = match_host(kind, data, k + 1, end);
+                host = k + 1;
+            }
+            if (host_end < 0) {
+                host_end = match_host(kind, data, after, end);
+                host = after;
+            }
+            if (host_end >= 0 && append_host(hosts, "", kind, data, host, host_end) < 0)
+                return -1;
+        }
+        start = after;
+        at = following;
+    }
+    /* bare "www." (or "WWW."), not inside a word, a path or an address */
+    start = 0;
+    at = 0;
+    while (at < n && !is_www(kind, data, n, at))
+        at++;
+    while (at < n) {
+        Py_ssize_t after = at + 4, following = after;
+        while (following < n && !is_www(kind, data, n, following))
+            following++;
+        int free_standing = at == start;
+        if (!free_standing) {
+            Py_UCS4 before = PyUnicode_READ(kind, data, at - 1);
+            free_standing = !(is_host_char(before) || before == '.' || before == '/'
+                              || before == '@');
+        }
+        if (free_standing) {
+            Py_ssize_t host_end = match_host(kind, data, after, following);
+            if (host_end >= 0 && append_host(hosts, "www.", kind, data, after, host_end) < 0)
+                return -1;
+        }
+        start = after;
+        at = following;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(url_hosts_doc,
+"url_hosts(text) -> list[str]\n\n"
+"tokenize.url_hosts: the host names of the http(s)://, ftp:// and bare www. URLs of text.");
+
+static PyObject *
+url_hosts(PyObject *Py_UNUSED(module), PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "url_hosts() takes a str, not %.100s",
+                     Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    PyObject *hosts = PyList_New(0);
+    if (hosts == NULL)
+        return NULL;
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int failed;
+    switch (PyUnicode_KIND(text)) {
+    case PyUnicode_1BYTE_KIND:
+        failed = find_hosts(hosts, PyUnicode_1BYTE_KIND, data, n);
+        break;
+    case PyUnicode_2BYTE_KIND:
+        failed = find_hosts(hosts, PyUnicode_2BYTE_KIND, data, n);
+        break;
+    default:
+        failed = find_hosts(hosts, PyUnicode_4BYTE_KIND, data, n);
+    }
+    if (failed) {
+        Py_DECREF(hosts);
+        return NULL;
+    }
+    return hosts;
+}
+
+/* ---- address fields (featurizer._count_header_tokens) ------------------------------------- */
+
+static inline int
+is_local_char(unsigned char c) /* [\w.!#$%&'*+/=?^`{|}~-] of mail.ADDRESS_RE, on ASCII */
+{
+    return Py_ISALNUM(c) || (c != 0 && strchr("_.!#$%&'*+/=?^`{|}~-", c) != NULL);
+}
+
+/* counts[prefix + lower(data[start:end])] += 1 */
+static int
+add_lowered(PyObject *counts, PyObject *prefix, const unsigned char *data, Py_ssize_t start,
+            Py_ssize_t end)
+{
+    Py_ssize_t plen = PyUnicode_GET_LENGTH(prefix);
+    PyObject *token = PyUnicode_New(plen + end - start, 127);
+    if (token == NULL)
+        return -1;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(token);
+    memcpy(out, PyUnicode_1BYTE_DATA(prefix), (size_t)plen);
+    for (Py_ssize_t k = start; k < end; k++)
+        out[plen + k - start] = (Py_UCS1)Py_TOLOWER(data[k]);
+    int failed = add_count(counts, token, 1);
+    Py_DECREF(token);
+    return failed;
+}
+
+/* The tokens of one address data[start:end] whose host starts at ``host``: prefix + address,
+ * prefix + registrable domain, prefix + host if that is longer (featurizer._address_tokens,
+ * mail.registrable_domain). */
+static int
+add_address(PyObject *counts, PyObject *prefix, PyObject *second_level,
+            const unsigned char *data, Py_ssize_t start, Py_ssize_t host, Py_ssize_t end)
+{
+    if (add_lowered(counts, prefix, data, start, end) < 0)
+        return -1;
+    Py_ssize_t dots[3] = {-1, -1, -1}, n_dots = 0; /* the last three dots of the host */
+    for (Py_ssize_t k = end - 1; k >= host && n_dots < 3; k--)
+        if (data[k] == '.')
+            dots[n_dots++] = k;
+    /* the host matched [\w-]+(?:\.[\w-]+)+: at least one dot, no empty label */
+    Py_ssize_t domain = n_dots >= 2 ? dots[1] + 1 : host;
+    if (n_dots >= 2 && end - dots[0] - 1 == 2) { /* a two-letter last label: co.uk, com.cn */
+        PyObject *label = PyUnicode_New(dots[0] - dots[1] - 1, 127);
+        if (label == NULL)
+            return -1;
+        for (Py_ssize_t k = dots[1] + 1; k < dots[0]; k++)
+            PyUnicode_1BYTE_DATA(label)[k - dots[1] - 1] = (Py_UCS1)Py_TOLOWER(data[k]);
+        int known = PySequence_Contains(second_level, label);
+        Py_DECREF(label);
+        if (known < 0)
+            return -1;
+        if (known)
+            domain = n_dots >= 3 ? dots[2] + 1 : host;
+    }
+    if (add_lowered(counts, prefix, data, domain, end) < 0)
+        return -1;
+    if (domain != host && add_lowered(counts, prefix, data, host, end) < 0)
+        return -1;
+    return 0;
+}
+
+PyDoc_STRVAR(count_address_field_doc,
+"count_address_field(prefix, value, counts, second_level, address_words, lower) -> None\n\n"
+"The tokens of one ASCII value of an address field (From, To, ...), added to ``counts``:\n"
+"each address (mail.ADDRESS_RE) as prefix + address, domain and host, and the words of the\n"
+"rest of the value (of all of it with ``address_words``), lower-cased with ``lower``.\n"
+"``second_level``: the labels under which a domain has three labels (co.uk).");
+
+static PyObject *
+WordCounter_count_address_field(WordCounter *self, PyObject *args)
+{
+    PyObject *prefix, *value, *counts, *second_level;
+    int address_words, lower;
+    if (!PyArg_ParseTuple(args, "UUO!Opp:count_address_field", &prefix, &value, &PyDict_Type,
+                          &counts, &second_level, &address_words, &lower))
+        return NULL;
+    if (!PyUnicode_IS_ASCII(prefix) || !PyUnicode_IS_ASCII(value)) {
+        PyErr_SetString(PyExc_ValueError, "count_address_field: prefix and value must be ASCII");
+        return NULL;
+    }
+    const unsigned char *data = PyUnicode_1BYTE_DATA(value);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+    /* the value with each address made one space (the words around them) */
+    unsigned char *rest = PyMem_Malloc((size_t)n + 1);
+    if (rest == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t rest_len = 0, kept_from = 0, i = 0;
+    while (i < n) {
+        /* an address starts only where a run of local-part characters starts */
+        if (!is_local_char(data[i]) || (i > 0 && is_local_char(data[i - 1]))) {
+            i++;
+            continue;
+        }
+        Py_ssize_t at = i;
+        while (at < n && is_local_char(data[at]))
+            at++;
+        Py_ssize_t end = at < n && data[at] == '@' ? match_host(PyUnicode_1BYTE_KIND, data,
+                                                                at + 1, n)
+                                                   : -1;
+        if (end < 0) {
+            i = at;
+            continue;
+        }
+        if (add_address(counts, prefix, second_level, data, i, at + 1, end) < 0) {
+            PyMem_Free(rest);
+            return NULL;
+        }
+        memcpy(rest + rest_len, data + kept_from, (size_t)(i - kept_from));
+        rest_len += i - kept_from;
+        rest[rest_len++] = ' ';
+        kept_from = i = end;
+    }
+    memcpy(rest + rest_len, data + kept_from, (size_t)(n - kept_from));
+    rest_len += n - kept_from;
+    ScanState st;
+    int failed = address_words
+        ? state_init_str(&st, value, lower, prefix)
+        : state_init(&st, PyUnicode_1BYTE_KIND, rest, rest_len, 1, lower, prefix);
+    if (!failed) {
+        failed = scan_text(self, &st, emit_count) < 0 || add_counts(&st, counts) < 0;
+        state_free(&st);
+    }
+    PyMem_Free(rest);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- header values (mail._unfold) --------------------------------------------------------- */
+
+static inline int
+is_ascii_space(unsigned char c) /* str.isspace() of an ASCII character */
+{
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+/* ``" ".join(filter(None, map(str.strip, value.decode("ascii").split("\n"))))`` */
+static PyObject *
+unfold_value(PyObject *value)
+{
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(value);
+    Py_ssize_t n = PyBytes_GET_SIZE(value), out_len = 0;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (data[k] >= 128) {
+            PyErr_SetString(PyExc_ValueError, "unfold_headers: a value is not ASCII");
+            return NULL;
+        }
+    /* first pass: the length; second: the copy (no buffer beside the str) */
+    PyObject *text = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        Py_UCS1 *out = pass ? PyUnicode_1BYTE_DATA(text) : NULL;
+        Py_ssize_t at = 0, line = 0;
+        while (line <= n) {
+            const unsigned char *nl = memchr(data + line, '\n', (size_t)(n - line));
+            Py_ssize_t end = nl == NULL ? n : nl - data, a = line, b = end;
+            while (a < b && is_ascii_space(data[a]))
+                a++;
+            while (b > a && is_ascii_space(data[b - 1]))
+                b--;
+            if (b > a) {
+                if (at) {
+                    if (out)
+                        out[at] = ' ';
+                    at++;
+                }
+                if (out)
+                    memcpy(out + at, data + a, (size_t)(b - a));
+                at += b - a;
+            }
+            line = end + 1;
+        }
+        if (!pass) {
+            out_len = at;
+            text = PyUnicode_New(out_len, 127);
+            if (text == NULL)
+                return NULL;
+        }
+    }
+    return text;
+}
+
+PyDoc_STRVAR(unfold_headers_doc,
+"unfold_headers(fields, headers) -> None\n\n"
+"For each (name, raw ASCII value) of ``fields``: ``headers.setdefault(name, []).append(v)``\n"
+"where v is the value unfolded (each line stripped, the non-empty ones joined by a space),\n"
+"as mail._unfold does.");
+
+static PyObject *
+unfold_headers(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *fields, *headers;
+    if (!PyArg_ParseTuple(args, "O!O!:unfold_headers", &PyList_Type, &fields, &PyDict_Type,
+                          &headers))
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(fields); k++) {
+        PyObject *field = PyList_GET_ITEM(fields, k); /* borrowed; the list is not changed */
+        if (!PyTuple_Check(field) || PyTuple_GET_SIZE(field) != 2
+            || !PyBytes_Check(PyTuple_GET_ITEM(field, 1))) {
+            PyErr_SetString(PyExc_TypeError, "unfold_headers: fields are (name, bytes) pairs");
+            return NULL;
+        }
+        Py_INCREF(field); /* the dict calls below may run code that empties the list */
+        PyObject *name = PyTuple_GET_ITEM(field, 0);
+        PyObject *text = unfold_value(PyTuple_GET_ITEM(field, 1));
+        int failed = text == NULL;
+        if (!failed) {
+            PyObject *values = PyDict_GetItemWithError(headers, name); /* borrowed */
+            if (values == NULL && !PyErr_Occurred()) {
+                values = PyList_New(0);
+                failed = values == NULL || PyDict_SetItem(headers, name, values) < 0;
+                Py_XDECREF(values); /* the dict holds it */
+            }
+            else if (values == NULL || !PyList_Check(values)) {
+                if (values != NULL)
+                    PyErr_SetString(PyExc_TypeError, "unfold_headers: values must be lists");
+                failed = 1;
+            }
+            failed = failed || PyList_Append(values, text) < 0;
+        }
+        Py_XDECREF(text);
+        Py_DECREF(field);
+        if (failed)
+            return NULL;
+        if (k >= PyList_GET_SIZE(fields))
+            break;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"url_hosts", (PyCFunction)url_hosts, METH_O, url_hosts_doc},
+    {"unfold_headers", (PyCFunction)unfold_headers, METH_VARARGS, unfold_headers_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ---- the type ------------------------------------------------------------------------- */
+
+static int
+WordCounter_init(WordCounter *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"lo", "hi", "joiners", "join_digits", NULL};
+    Py_ssize_t lo, hi;
+    PyObject *joiners;
+    int join_digits;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nnUp:WordCounter", keywords, &lo, &hi,
+                                     &joiners, &join_digits))
+        return -1;
+    if (lo < 0 || hi < lo) {
+        PyErr_SetString(PyExc_ValueError, "WordCounter needs 0 <= lo <= hi");
+        return -1;
+    }
+    Py_ssize_t n_joiners = PyUnicode_GET_LENGTH(joiners);
+    Py_UCS4 *list = PyMem_Malloc((size_t)(n_joiners + 1) * sizeof(Py_UCS4));
+    if (list == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < n_joiners; k++) {
+        Py_UCS4 c = PyUnicode_READ_CHAR(joiners, k);
+        if (Py_UNICODE_ISALNUM(c) || c == '_') {
+            PyMem_Free(list);
+            PyErr_SetString(PyExc_ValueError, "joiners must not be letters, digits or '_'");
+            return -1;
+        }
+        list[k] = c;
+    }
+    PyMem_Free(self->joiners);
+    self->joiners = list;
+    self->n_joiners = n_joiners;
+    self->lo = lo;
+    self->hi = hi;
+    self->mode = n_joiners == 0 ? MODE_PLAIN : join_digits ? MODE_JOINED_DIGITS : MODE_JOINED;
+    for (Py_UCS4 c = 0; c < 128; c++) {
+        unsigned cls = 0;
+        if (Py_UNICODE_ISALNUM(c))
+            cls = C_WORD | C_ALNUM | (Py_UNICODE_ISDECIMAL(c) ? 0 : C_LETTER);
+        else if (c == '_')
+            cls = C_WORD;
+        self->ascii[c] = (unsigned char)cls;
+    }
+    for (Py_ssize_t k = 0; k < n_joiners; k++)
+        if (list[k] < 128)
+            self->ascii[list[k]] |= C_JOINER;
+    return 0;
+}
+
+static void
+WordCounter_dealloc(WordCounter *self)
+{
+    PyMem_Free(self->joiners);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef WordCounter_methods[] = {
+    {"count", (PyCFunction)(void (*)(void))WordCounter_count, METH_VARARGS | METH_KEYWORDS,
+     count_doc},
+    {"words", (PyCFunction)WordCounter_words, METH_O, words_doc},
+    {"count_address_field", (PyCFunction)WordCounter_count_address_field, METH_VARARGS,
+     count_address_field_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(WordCounter_doc,
+"WordCounter(lo, hi, joiners, join_digits)\n\n"
+"The words of a text under the tokenizer's word rule: no joiners (a run of \\w starting with\n"
+"a letter or digit, lo..hi long), ``joiners`` inside a word before a letter, or (with\n"
+"``join_digits``) before a letter or a digit; words outside lo..hi are dropped whole.");
+
+static PyTypeObject WordCounterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "streamnb.features._tokens.WordCounter",
+    .tp_basicsize = sizeof(WordCounter),
+    .tp_dealloc = (destructor)WordCounter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = WordCounter_doc,
+    .tp_methods = WordCounter_methods,
+    .tp_init = (initproc)WordCounter_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "streamnb.features._tokens",
+    .m_doc = "The tokenizer's word rules in C: words found and counted without one object per "
+             "occurrence.",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__tokens(void)
+{
+    if (PyType_Ready(&WordCounterType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&WordCounterType);
+    if (PyModule_AddObject(m, "WordCounter", (PyObject *)&WordCounterType) < 0) {
+        Py_DECREF(&WordCounterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

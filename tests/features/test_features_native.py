@@ -1,0 +1,265 @@
+"""The C word rules (``streamnb.features._tokens``) give exactly the tokens of the Python ones.
+
+The pure-Python tokenizer (``Tokenizer(..., native=False)``) is the reference: every test here
+runs both on the same input and compares what they give, on arbitrary text and on every message
+of the shared raw corpora. The first test makes a checkout built by ``make setup`` fail when the
+extension is missing, so the slow path is never measured or shipped by accident.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from collections import Counter
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from streamnb.features import Featurizer, FeaturizerOptions, Tokenizer, mail, native
+from streamnb.features import tokenize as tokenize_module
+from tests.features.token_digests import CORPORA, OPTION_SETS
+
+_tokens = native._tokens
+pytestmark = pytest.mark.skipif(
+    _tokens is None and os.environ.get("STREAMNB_PURE_PYTHON") == "1",
+    reason="STREAMNB_PURE_PYTHON=1 and the extension is not built",
+)
+
+
+def test_the_c_extension_is_built_and_used_unless_pure_python_is_asked_for():
+    if os.environ.get("STREAMNB_PURE_PYTHON", "") not in ("", "0"):
+        assert Featurizer().tokenizer._native is None
+        return
+    assert _tokens is not None, (
+        "streamnb.features._tokens is not built: run `make setup` (pip install -e .), "
+        "or set STREAMNB_PURE_PYTHON=1 to test the pure-Python featurizer"
+    )
+    assert native.enabled()
+    assert Featurizer().tokenizer._native is not None
+    assert mail._unfold_headers is not None
+
+
+def test_pure_python_is_chosen_by_the_environment(monkeypatch):
+    monkeypatch.setenv("STREAMNB_PURE_PYTHON", "1")
+    assert Tokenizer()._native is None
+    monkeypatch.setenv("STREAMNB_PURE_PYTHON", "0")
+    assert Tokenizer()._native is not None
+
+
+def test_a_missing_extension_is_logged_once_as_a_warning(monkeypatch, caplog):
+    monkeypatch.setattr(native, "_tokens", None)
+    monkeypatch.setattr(native, "_logged", False)
+    monkeypatch.delenv("STREAMNB_PURE_PYTHON", raising=False)
+    with caplog.at_level("DEBUG", logger="streamnb.features"):
+        assert Tokenizer()._native is None  # the fallback: the pure-Python rules
+        Tokenizer()
+        with pytest.raises(RuntimeError, match="not built"):
+            Tokenizer(native=True)
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "not built" in warnings[0].getMessage()
+
+
+# Characters that exercise the rules: joiners, "_", ASCII and other digits (isdecimal and
+# not), letters of several scripts, combining marks, Han, separators, surrogates, the largest
+# code points.
+_INTERESTING = (
+    "aZ09_-'$.:@/ \t\n\xa0\u2019"
+    "éßİıǅΣσς\u0301\u0308٣७²½ⅫⅠ〇"
+    "ж中文字\U00020000ｱ한ไทย\u200d\ufeff\ud800\udfff\U0010ffff\U0001f600"
+)
+any_code_point = st.characters(exclude_categories=())  # surrogates too
+texts = st.text(alphabet=st.one_of(st.sampled_from(_INTERESTING), any_code_point), max_size=300)
+word_options = st.fixed_dictionaries(
+    {
+        "word_joiners": st.sampled_from(["", "-", "'$-", "-.", "\u2013", "-@/"]),
+        "join_digits": st.booleans(),
+        "lowercase": st.booleans(),
+        "min_token_len": st.integers(0, 4),
+        "max_token_len": st.integers(4, 12),
+    }
+)
+
+
+def pair(**options) -> tuple[Tokenizer, Tokenizer]:
+    opts = FeaturizerOptions(**options)
+    return Tokenizer(opts, native=True), Tokenizer(opts, native=False)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=texts, options=word_options)
+@example(text="__init__ x_y 555-1234 click-here- e-mail don't", options={})
+@example(text="a" * 41 + " " + "b-" * 30 + "c", options={})
+@example(text="İstanbul ǅemal ΣΑΣ", options={"max_token_len": 40})
+@example(text="x²y ٣٤ a-٣ a-² ⅫⅠ-b", options={"join_digits": True})
+@example(text="ab-²c ab-٣c ab-Ⅻc", options={})  # ² and Ⅻ are digits, not decimals: letters here
+def test_words_and_counts_equal_the_python_rules_on_any_text(text, options):
+    native, python = pair(**options)
+    assert native.words(text) == python.words(text)
+    assert native.count(text) == python.count(text)
+    assert native.count_words(text, 5) == python.count_words(text, 5)  # cut in order
+
+
+@settings(max_examples=300, deadline=None)
+@given(prefix=st.sampled_from(["subject:", "x-mailer:", "", "é:", "中:"]), text=texts,
+       options=word_options)
+def test_prefixed_words_equal_the_python_rules(prefix, text, options):
+    native, python = pair(**options)
+    assert native.prefixed(prefix, text) == python.prefixed(prefix, text)
+    counts: Counter[str] = Counter({prefix + "already": 2, "other": 1})
+    expected = counts.copy()
+    native.count_prefixed(prefix, text, counts)
+    python.count_prefixed(prefix, text, expected)
+    assert counts == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=texts)
+def test_every_token_option_set_of_the_digests_counts_the_same(text):
+    for options in OPTION_SETS.values():
+        native, python = pair(**options)
+        assert native.count(text) == python.count(text)
+
+
+url_texts = st.lists(
+    st.one_of(
+        st.sampled_from(["http", "HTTPS", "ftp", "hTtP", "://", "www.", "WWW.", "Www.", "@",
+                         "user:pw@", ".", "-", "_", "/", "?", "#", " ", "\n", '"', "<a href=",
+                         "example", "co.uk", "a" * 65, "10.0.0.1", "é", "中", "\ud800"]),
+        st.text(max_size=5),
+    ),
+    max_size=40,
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=url_texts)
+@example(text="see http://" + "u" * 64 + "@host.example.com/ and http://" + "u" * 65 + "@x.org")
+@example(text="xhttp://a.b ftp://@c.d http://e@/f.g www.h.i.www.j.k awww.l.m -www.n.o")
+def test_url_hosts_equal_the_python_function(text):
+    assert _tokens.url_hosts(text) == tokenize_module.url_hosts(text)
+
+
+header_values = st.lists(
+    st.sampled_from(["a", "Re:", " ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "x y",
+                     "=?", "\x00", "\x7f", ":"]),
+    max_size=30,
+).map(lambda pieces: "".join(pieces).encode("ascii"))
+
+
+@settings(max_examples=500, deadline=None)
+@given(fields=st.lists(st.tuples(st.sampled_from(["subject", "to", "received"]), header_values),
+                       max_size=8))
+def test_header_values_are_unfolded_as_the_python_reader_does(fields):
+    headers: dict[str, list[str]] = {"to": ["already"]}
+    expected = {"to": ["already"]}
+    _tokens.unfold_headers(fields, headers)
+    for name, value in fields:
+        expected.setdefault(name, []).append(mail._unfold(value))
+    assert headers == expected
+
+
+def test_unfolding_refuses_what_is_not_an_ascii_field():
+    for fields in ([("subject", "text")], [("subject",)], [("subject", "é".encode())]):
+        with pytest.raises((TypeError, ValueError)):
+            _tokens.unfold_headers(fields, {})
+    with pytest.raises(TypeError):
+        _tokens.unfold_headers([("subject", b"x")], {"subject": "not a list"})
+
+
+address_values = st.lists(
+    st.one_of(
+        st.sampled_from(["Ann", "<", ">", "@", ".", "-", "_", "+", "!", "'", '"', " ", ",", "co",
+                         "uk", "com", "cn", "Mail", "EXAMPLE", "a.b", "1", "=?", "é", "\n"]),
+        st.text(alphabet="ab.@-_+ ", max_size=4),
+    ),
+    max_size=30,
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(values=st.lists(address_values, min_size=1, max_size=3), subject=address_values,
+       address_words=st.booleans(), lowercase=st.booleans(), joiners=st.sampled_from(["-", ""]))
+@example(values=["Ann <Ann.Lee@Mail.Example.CO.UK>, b@c.d, x@y, a@b@c.org, .a@b.cc."],
+         subject="", address_words=False, lowercase=True, joiners="-")
+def test_header_tokens_equal_the_python_path(values, subject, address_words, lowercase, joiners):
+    options = {"address_words": address_words, "lowercase": lowercase, "word_joiners": joiners}
+    parsed = mail.ParsedMail(headers={"from": values, "to": values[:1], "subject": [subject]})
+    in_c = Featurizer(FeaturizerOptions(**options), native=True)
+    in_python = Featurizer(FeaturizerOptions(**options), native=False)
+    assert in_c._header_tokens(parsed) == in_python._header_tokens(parsed)
+
+
+def test_long_runs_are_linear_and_dropped_or_kept_as_the_rules_say():
+    native, python = pair()
+    for text in ("a" * 1_000_000, "a-" * 500_000, "_" * 1_000_000, "-" * 1_000_000,
+                 "ab " * 300_000, "\U00020000a" * 200_000, "http://" * 200_000,
+                 "www." * 300_000, "http://" + "a." * 500_000):
+        assert native.count(text) == python.count(text)
+    in_c, in_python = Featurizer(native=True), Featurizer(native=False)
+    for value in ("a@" * 300_000, "a" * 500_000 + "@b", "a@b." * 200_000, "." * 500_000):
+        parsed = mail.ParsedMail(headers={"from": [value]})
+        assert in_c._header_tokens(parsed) == in_python._header_tokens(parsed)
+
+
+def test_bad_arguments_raise_and_leave_the_counts_usable():
+    counter = Tokenizer(native=True)._native
+    with pytest.raises(TypeError):
+        counter.count(b"bytes", {})
+    with pytest.raises(TypeError):
+        counter.count("text", [])
+    with pytest.raises(TypeError):
+        counter.count("text", {}, prefix=3)
+    counts = {"word": "not a number"}
+    with pytest.raises(TypeError):
+        counter.count("word", counts)
+    assert counts == {"word": "not a number"}
+    with pytest.raises(TypeError):
+        counter.words(None)
+    with pytest.raises(ValueError):
+        type(counter)(3, 2, "-", False)
+    with pytest.raises(ValueError):
+        type(counter)(1, 2, "a", False)
+
+
+def test_many_distinct_words_grow_the_table():
+    native, python = pair()
+    text = " ".join(f"w{i}x" for i in range(100_000))  # the table grows many times
+    assert native.count(text) == python.count(text)
+    assert native.words(text) == python.words(text)
+
+
+def _messages(data_dir, corpus):
+    with tarfile.open(data_dir / corpus / "messages.tar.gz") as archive:
+        for member in archive:
+            if member.isfile():
+                yield member.name, archive.extractfile(member).read()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("corpus", CORPORA)
+def test_every_message_of_every_corpus_gives_the_same_features(data_dir, corpus):
+    featurizers = {
+        name: (Featurizer(FeaturizerOptions(**o), native=True),
+               Featurizer(FeaturizerOptions(**o), native=False))
+        for name, o in OPTION_SETS.items()
+    }
+    unfold_in_c = mail._unfold_headers
+    differing: list[tuple[str, str]] = []
+    n = 0
+    for member, raw in _messages(data_dir, corpus):
+        n += 1
+        for name, (in_c, in_python) in featurizers.items():
+            read_in_c = in_c.read(raw)
+            mail._unfold_headers = None  # the reader's pure-Python path
+            try:
+                read_in_python = in_python.read(raw)
+            finally:
+                mail._unfold_headers = unfold_in_c
+            a, b = in_c.from_mail(read_in_c), in_python.from_mail(read_in_python)
+            if read_in_c != read_in_python or (a.tokens, a.numeric, a.truncated, a.defects) != (
+                b.tokens, b.numeric, b.truncated, b.defects
+            ):
+                differing.append((member, name))
+    assert n > 5000
+    assert not differing, f"{len(differing)} differ, first: {differing[:5]}"
