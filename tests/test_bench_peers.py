@@ -58,3 +58,13 @@ def test_an_installed_filter_scores_then_learns_every_message(name):
 
 def test_the_mail_group_lists_the_side_by_side_filters_once():
     assert peers_main._peer_names("mail,bogofilter") == list(MAIL_FILTERS)
+
+
+def test_spamprobe_gives_an_empty_message_its_unsure_score():
+    # The body-only view of a mail without text parts is empty: spamprobe prints nothing then.
+    flt = make_filter("spamprobe", ["ham", "spam"])
+    if flt.missing():
+        pytest.skip(f"spamprobe: {flt.missing()}")
+    run = flt.run([MESSAGES[0], Message(id="e", label="spam", raw=b""), MESSAGES[1]], budget=60.0)
+    assert run.scores[1] == 0.5 and run.predicted[1] == "ham"
+    assert run.labels == ["ham", "spam", "spam"]
