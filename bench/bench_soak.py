@@ -282,6 +282,32 @@ def report(result: dict) -> None:
     print(f"  commit seconds: median {commits[len(commits) // 2]:.3f}, 99th percentile "
           f"{commits[len(commits) * 99 // 100]:.3f}, max {commits[-1]:.3f} "
           f"({len(commits):,} commits)")
+    pairs = list(zip(rows, rows[1:], strict=False))
+    expiring = sorted(b["commit_s"] for a, b in pairs if b["expired"] > a["expired"])
+    others = sorted(b["commit_s"] for a, b in pairs if b["expired"] == a["expired"])
+    if expiring:
+        print(f"  commits that expired: {len(expiring)}, median {median(expiring):.2f} s, max "
+              f"{expiring[-1]:.2f} s; the others median {median(others):.2f} s")
+    step = int(float(f"{max(rows[-1]['records'] // 10, 1):.0e}"))  # a tenth, one digit
+    marks = [next(r for r in rows if r["records"] >= m)
+             for m in range(step, rows[-1]["records"] + 1, step)]
+    print(f"  msg/s per {step:,} messages: " + ", ".join(
+        f"{(b['records'] - a['records']) / (b['t'] - a['t']):,.0f}"
+        for a, b in zip(marks, marks[1:], strict=False)))
+    late = [r for r in rows if r["records"] >= rows[-1]["records"] * 0.6]
+    in_band = sum(1 for r in late if r["rss"] - min(x["rss"] for x in late) < 2**20)
+    print(f"  RSS over the last 40 %: {min(r['rss'] for r in late) / 2**20:.1f}–"
+          f"{max(r['rss'] for r in late) / 2**20:.1f} MiB, within 1 MiB of its lowest at "
+          f"{in_band} of {len(late)} commits")
+    disk = [r["changelog_disk"] for r in rows[len(rows) * 15 // 100:]
+            if r["changelog_disk"] is not None]
+    if disk:
+        print(f"  changelog on disk after the first 15 %: {min(disk) / 2**20:.1f}–"
+              f"{max(disk) / 2**20:.1f} MiB")
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def accuracy_at(result: dict, labelled: int) -> tuple[float, int]:
