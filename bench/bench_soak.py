@@ -253,6 +253,8 @@ port = 0
 
 
 def name_of(result: dict) -> str:
+    if result.get("label"):
+        return result["label"]
     if not result["max_tokens"]:
         return "no budget"
     return f"max_tokens={result['max_tokens']:,} (floor {result['expiry_floor']:,})"
@@ -386,6 +388,7 @@ def main() -> int:
     parser.add_argument("--log-dir", type=Path, help="the broker's log.dirs")
     parser.add_argument("--save", type=Path, help="write the results (JSON) here")
     parser.add_argument("--load", type=Path, nargs="+", help="report and plot saved results")
+    parser.add_argument("--labels", nargs="+", help="names of the loaded runs, in order")
     parser.add_argument("--topic", help="an input topic produced by an earlier run: read it "
                         "again (--messages must be what it holds) instead of producing one")
     parser.add_argument("--only", choices=["budget", "none"], help="run one setting only")
@@ -403,6 +406,8 @@ def main() -> int:
         return 0
     if args.load:
         results = [result for path in args.load for result in orjson.loads(path.read_bytes())]
+        for result, label in zip(results, args.labels or (), strict=False):
+            result["label"] = label
         for result in results:
             report(result)
     else:
