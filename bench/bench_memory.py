@@ -182,6 +182,112 @@ def store_child(messages: int, traced: bool) -> dict:
             "note": "traced excludes the x_json bytes, made before (the daemon's decode)"}
 
 
+def _streams(target: int) -> list[list]:
+    """The perturbed replays that bring the vocabulary to ``target`` tokens."""
+    rng = random.Random(15)
+    base = inputs()
+    streams = []
+    replay = 0
+    vocabulary: set = set()
+    while len(vocabulary) < target:
+        stream = perturbed(base, replay, rng)
+        for _, x in stream:
+            vocabulary.update(x)
+        streams.append(stream)
+        replay += 1
+    return [m for stream in streams for m in stream]
+
+
+def _partitions(kind: str):
+    from streamnb.daemon.feedback import FeedbackStore
+    from streamnb.daemon.partitions import Partitions
+    from streamnb.models import make_model
+
+    def stamped():  # as a daemon with a budget (the default) makes its slices
+        model = make_model(kind)
+        model.track_last_seen()
+        return model
+
+    return Partitions(stamped, lambda key: FeedbackStore(), new_live=lambda: make_model(kind))
+
+
+def changelog_child(kind: str, target: int, slices: int, path: str) -> dict:
+    """Learn the stream into ``slices`` slices as their owners would (message i into slice i
+    mod n, until their sum holds ``target`` tokens) and write each slice's changelog records
+    (``all_records``, what a compacted changelog holds) to ``path``, one JSON line each."""
+    from streamnb.daemon.changelog import all_records
+
+    parts = _partitions(kind)
+    keys = [f"in:{p}" for p in range(slices)]
+    for key in keys:
+        parts.own(key)
+    n = 0
+    for n, (label, x) in enumerate(_streams(target), 1):
+        parts.learn(keys[n % slices], x, label)
+        if parts.live.vocabulary_size >= target:
+            break
+    with open(path, "wb") as out:
+        for key in keys:
+            part = parts.slices[key]
+            for record_key, value in all_records(part.model, part.store):
+                out.write(orjson.dumps([key, record_key.decode(),
+                                        None if value is None else value.decode()]) + b"\n")
+    return {"messages": n}
+
+
+def slices_child(kind: str, target: int, slices: int, mode: str, path: str) -> dict:
+    """RSS growth of the slices a daemon holds and their sum (``live``): ``owned``, learning the
+    stream into ``slices`` owned slices (``slices`` 1: one partition, whose slice is live); or
+    ``remote``, following the changelog records ``changelog_child`` wrote (``apply_remote``,
+    in chunks of 5,000 records, as the daemon applies what it polls)."""
+    messages = _streams(target) if mode == "owned" else []  # made before RSS is taken
+    parts = _partitions(kind)
+    keys = [f"in:{p}" for p in range(slices)]
+    before = rss()
+    n = 0
+    if mode == "owned":
+        for key in keys:
+            parts.own(key)
+        for n, (label, x) in enumerate(messages, 1):
+            parts.learn(keys[n % slices], x, label)
+            if parts.live.vocabulary_size >= target:
+                break
+    else:
+        with open(path, "rb") as records:
+            chunk: list = []
+            chunk_key = None
+            for line in records:
+                key, record_key, value = orjson.loads(line)
+                if chunk and (key != chunk_key or len(chunk) >= 5000):
+                    n += parts.apply_remote(chunk_key, chunk)
+                    chunk = []
+                chunk_key = key
+                chunk.append((record_key.encode(), None if value is None else value.encode()))
+            n += parts.apply_remote(chunk_key, chunk)
+    grown = rss() - before
+    held = sum(part.model.vocabulary_size for part in parts.slices.values())
+    return {"mode": mode, "slices": slices, "applied": n, "vocabulary": parts.live.vocabulary_size,
+            "slice_tokens": held, "rss_grown": grown}
+
+
+def slices_report(kind: str, target: int, slices: int) -> None:
+    one = child(["slices", kind, str(target), "1", "owned", ""])
+    owned = child(["slices", kind, str(target), str(slices), "owned", ""])
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as records:
+        written = child(["changelog", kind, str(target), str(slices), records.name])
+        remote = child(["slices", kind, str(target), str(slices), "remote", records.name])
+    print(f"a daemon's slices and their sum ({kind}, last-seen stamps on the slices, "
+          f"{one['vocabulary']:,} tokens in the sum):")
+    for name, result in (("one partition (its slice is the sum)", one),
+                         (f"{slices} owned slices + their sum", owned),
+                         (f"{slices} remote slices followed from the changelog + their sum "
+                          f"({written['messages']:,} messages learned by their owners)", remote)):
+        print(f"  {name}: RSS {result['rss_grown'] / 2**20:.0f} MiB "
+              f"({result['rss_grown'] / one['rss_grown']:.2f}x one partition), "
+              f"{result['slice_tokens']:,} tokens in the slices, {result['vocabulary']:,} "
+              "in the sum")
+
+
 def child(args: list[str]) -> dict:
     out = subprocess.run([sys.executable, "-m", "bench.bench_memory", "--child", *args],
                          cwd=REPO, capture_output=True, text=True, check=True,
@@ -196,6 +302,8 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--corpora", choices=["all", "sms"], default="all",
                         help="sms: the SMS only (short messages, the short path)")
+    parser.add_argument("--slices", type=int, help="measure instead a daemon's N slices and "
+                        "their sum, owned and followed from the changelog, against one slice")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ["STREAMNB_BENCH_CORPORA"] = args.corpora
@@ -204,11 +312,20 @@ def main() -> int:
         if what == "model":
             result = model_child(args.child[1], int(args.child[2]), args.child[3] == "1",
                                  args.child[4] == "1")
+        elif what == "slices":
+            result = slices_child(args.child[1], int(args.child[2]), int(args.child[3]),
+                                  args.child[4], args.child[5])
+        elif what == "changelog":
+            result = changelog_child(args.child[1], int(args.child[2]), int(args.child[3]),
+                                     args.child[4])
         else:
             result = store_child(int(args.child[1]), args.child[2] == "1")
         print(json.dumps(result))
         return 0
     inputs()  # featurize once, outside the measured children
+    if args.slices:
+        slices_report(args.kind, args.tokens, args.slices)
+        return 0
     for stamps in ("0", "1"):
         plain = child(["model", args.kind, str(args.tokens), stamps, "0"])
         result = child(["model", args.kind, str(args.tokens), stamps, "1"])

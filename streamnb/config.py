@@ -89,6 +89,13 @@ class KafkaSettings:
     changelog_replication_factor: int = -1
 
 
+#: The model kinds with a vocabulary, which model.max_tokens bounds.
+TEXT_KINDS = ("multinomial", "bernoulli")
+#: model.max_tokens when not configured (text kinds): a slice then holds at most 150,000 tokens
+#: after a commit and keeps 112,500 when it expires (docs/benchmarks.md: what it costs).
+DEFAULT_MAX_TOKENS = 150_000
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSettings:
     kind: str = "multinomial"
@@ -98,12 +105,19 @@ class ModelSettings:
     options: Mapping[str, Any] = field(default_factory=dict)
     # Token expiry (text models): a slice over max_tokens tokens at a commit expires the least
     # recently seen down to max(75 % of max_tokens, min(expiry_floor, max_tokens)), as
-    # SpamAssassin's bayes_expiry_max_db_size. 0: no expiry (no last-seen stamps).
-    max_tokens: int = 0
+    # SpamAssassin's bayes_expiry_max_db_size. 0: no expiry (no last-seen stamps). None (not
+    # configured): DEFAULT_MAX_TOKENS for the text kinds, so that a daemon without a config
+    # bounds its memory too, and 0 for the others, which have no vocabulary.
+    max_tokens: int | None = None
     expiry_floor: int = 100_000
     # Decay (text models): a message learned n messages ago (in its partition's slice) weighs
     # 2**(-n / half_life_messages). 0: no decay, integer counts (docs/models.md, "Decay").
     half_life_messages: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_tokens is None:
+            default = DEFAULT_MAX_TOKENS if self.kind in TEXT_KINDS else 0
+            object.__setattr__(self, "max_tokens", default)
 
     def expiry_keep(self) -> int:
         """Tokens a slice keeps when it expires."""
@@ -451,7 +465,7 @@ def load_settings(
     settings = Settings(**sections)
     _check_preset(settings.model)
     settings = Settings(**{**_as_dict(settings), "kafka": _resolve_security(settings.kafka, base)})
-    if settings.model.max_tokens and settings.model.kind not in ("multinomial", "bernoulli"):
+    if settings.model.max_tokens and settings.model.kind not in TEXT_KINDS:
         raise ConfigError(f"config: model.max_tokens applies to the text models (multinomial, "
                           f"bernoulli), not {settings.model.kind!r}: remove it or set it to 0")
     if settings.model.half_life_messages and settings.model.kind not in ("multinomial",

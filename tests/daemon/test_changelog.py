@@ -185,3 +185,31 @@ def test_a_changelog_of_counts_that_mean_something_else_is_refused(other):
 def test_decode_tells_stats_from_feedback():
     assert decode(b'[1,"totals"]', None, "x") == ("stat", ("totals",), None)
     assert decode(b'[1,"feedback","m1"]', None, "x") == ("feedback", "m1", None)
+
+
+def test_a_commit_holds_its_records_at_about_their_length():
+    """A commit holds all its records at once (an expiring one: a tombstone per expired token);
+    orjson's output bytes carry a ~4 KiB buffer each, so the records are exact-size copies."""
+    import tracemalloc
+
+    model = make_model("multinomial")
+    model.track_last_seen()
+    model.learn_one({f"word{i}": 1 for i in range(5000)}, "spam")
+    model.mark_changes()
+    model.learn_one({f"new{i}": 1 for i in range(10)}, "ham")
+    model.expire(10, 0)  # every token goes: 5,010 tombstones
+    store = FeedbackStore()
+    store.mark_changes()
+    for i in range(500):
+        store.remember(f"m{i}", "in:0", {"win": 1}, "spam")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        records = changed_records(model, store)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(records) == 5000 + 10 + 1 + 500
+    payload = sum(len(key) + len(value or b"") for key, value in records) / len(records)
+    per_record = held / len(records)  # the payload, the bytes and tuple headers, the list
+    assert per_record < payload + 250, f"{per_record:.0f} bytes held per record"
