@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from streamnb.features.errors import FeaturizationError
+from streamnb.features.header_layout import header_layout_tokens
 from streamnb.features.mail import ADDRESS_RE, Budget, ParsedMail, read_mail, registrable_domain
 from streamnb.features.meta import meta_features
 from streamnb.features.options import FeaturizerOptions
@@ -93,6 +94,11 @@ class Featurizer:
                 counts.update(url_tokens(hosts))
         if options.header_tokens:
             counts.update(self._header_tokens(mail))
+        if mail.header_block and (options.header_order or options.header_shapes):
+            counts.update(header_layout_tokens(
+                mail.header_block, options.min_header_order, options.header_order,
+                options.header_shapes,
+            ))
         if options.mime_tokens:
             counts.update(_mime_tokens(mail))
         if options.defect_tokens and mail.defects:
