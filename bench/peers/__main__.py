@@ -10,9 +10,13 @@ filter is scored by ``streamnb.evaluation.scoring`` from its own per-message sco
     python -m bench.peers --streams sms --peers streamnb,bogofilter --limit 1000
     python -m bench.peers --peers streamnb,bogofilter --set model.alpha=0.1 --cache /tmp/peers
     python -m bench.peers --streams spamassassin+subject-noblank --peers streamnb,bogofilter
+    python -m bench.peers --views all --cache DIR --write docs/benchmarks.md   # the whole table
 
 A stream name ``<stream>+<view>`` replays the stream's mail in one of the forms public corpora
 come in (``streamnb.evaluation.views``: subject-blank, subject-noblank, body-only, html-text).
+``--views all`` (or a list) adds each view of every mail stream after it; the view streams run
+the filters of ``--view-peers`` (default ``mail``: streamnb and the outside mail filters; the
+Python baselines compare models on streamnb's tokens, which the originals show already).
 
 streamnb runs with ``./config.toml`` (``--config``, ``--set`` as in ``streamnb evaluate``).
 ``--cache DIR`` keeps every other filter's row and reuses it on the next run with the same
@@ -39,9 +43,10 @@ from pathlib import Path
 import numpy as np
 
 from bench.peers.filters import BUDGETED, MAIL_FILTERS, PEERS, CommandPeer, make_filter
-from bench.peers.streams import DEFAULT_DATA, STREAMS, load, stream_named
+from bench.peers.streams import DEFAULT_DATA, STREAMS, load, stream_named, with_views
 from streamnb.evaluation import scoring
 from streamnb.evaluation.options import Tables
+from streamnb.evaluation.views import VIEWS
 
 REPO = Path(__file__).resolve().parents[2]
 # Per-row notes an outside filter reports about its own settings and work.
@@ -333,6 +338,15 @@ def main(argv: list[str] | None = None) -> int:
         "--peers", default="all",
         help="comma-separated names; 'mail': " + ",".join(MAIL_FILTERS) + "; 'all' (default)",
     )
+    parser.add_argument(
+        "--views", default="",
+        help="'all' or comma-separated views (" + ",".join(VIEWS[1:]) + ") to add after each "
+        "mail stream (default: none)",
+    )
+    parser.add_argument(
+        "--view-peers", default="mail",
+        help="the filters run on the view streams: names, 'mail' (default) or 'all'",
+    )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--limit", type=int, help="first N messages of each stream")
     parser.add_argument(
@@ -367,7 +381,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     streams = [s.strip() for s in args.streams.split(",") if s.strip()]
+    views = list(VIEWS[1:]) if args.views == "all" else [
+        v.strip() for v in args.views.split(",") if v.strip()
+    ]
+    for view in views:
+        if view not in VIEWS:
+            parser.error(f"unknown view {view!r}; known: {', '.join(VIEWS[1:])} (or 'all')")
     peers = _peer_names(args.peers)
+    view_peers = [p for p in _peer_names(args.view_peers) if p in peers]
     for name in streams:
         try:
             stream_named(name)
@@ -379,14 +400,18 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(
                 f"unknown filter {name!r}; known: {', '.join(PEERS)} (or 'mail', 'all')"
             )
+    for name in _peer_names(args.view_peers):
+        if name not in PEERS:
+            parser.error(f"--view-peers: unknown filter {name!r}; known: {', '.join(PEERS)}")
     try:
         limits = _stream_limits(args.stream_limits)
     except ValueError as error:
         parser.error(str(error))
     rows = []
-    for stream in streams:
-        limit = limits.get(stream, args.limit)
-        for peer in peers:
+    for stream in with_views(streams, views):
+        base = stream.partition("+")[0]
+        limit = limits.get(stream, limits.get(base, args.limit))
+        for peer in peers if "+" not in stream or stream in streams else view_peers:
             rows.append(_run_one(args, stream, peer, limit))
     invocation = "python -m bench.peers" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:])
