@@ -5,8 +5,10 @@
 ...                     b"Claim your FREE prize at http://198.51.100.7/claim now")
 >>> sorted(result.tokens)
 ['100', '198', '51', 'at', 'claim', 'free', 'from:example.com', 'from:promo.example.com',
- 'from:win', 'from:win@promo.example.com', 'http', 'mime:text/plain', 'now', 'prize',
- 'subject:free', 'subject:offer', 'url:198.51.100.7', 'url:ip', 'your']
+ 'from:win', 'from:win@promo.example.com', 'http', 'mime:text/plain', 'now',
+ 'order:^>from>subject', 'order:^>from>subject>$', 'order:from>subject>$', 'prize',
+ 'shape:from:a <a@a.a.a>', 'shape:subject:a a', 'subject:free', 'subject:offer',
+ 'url:198.51.100.7', 'url:ip', 'your']
 >>> from streamnb.features import META_FEATURE_NAMES
 >>> len(result.numeric) == len(META_FEATURE_NAMES), result.truncated
 (True, ())
