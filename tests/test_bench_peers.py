@@ -85,3 +85,13 @@ def test_an_unknown_view_is_refused_naming_the_known_ones(capsys):
     with pytest.raises(SystemExit):
         peers_main.main(["--views", "headers-only"])
     assert "unknown view 'headers-only'" in capsys.readouterr().err
+
+
+def test_spamprobe_gives_an_empty_message_its_unsure_score():
+    # The body-only view of a mail without text parts is empty: spamprobe prints nothing then.
+    flt = make_filter("spamprobe", ["ham", "spam"])
+    if flt.missing():
+        pytest.skip(f"spamprobe: {flt.missing()}")
+    run = flt.run([MESSAGES[0], Message(id="e", label="spam", raw=b""), MESSAGES[1]], budget=60.0)
+    assert run.scores[1] == 0.5 and run.predicted[1] == "ham"
+    assert run.labels == ["ham", "spam", "spam"]
