@@ -41,7 +41,8 @@ def replay_pairs(stream: str, window: int, limit: int | None = None) -> dict:
     messages = load(STREAMS[stream], DEFAULT_DATA, limit)
     featurizer = Featurizer(FeaturizerOptions(osb_window=window))
     default = Featurizer(FeaturizerOptions())
-    words_model, pairs_model = make_model("multinomial"), make_model("multinomial")
+    words_model = make_model("multinomial", preset="mail")  # the default filter
+    pairs_model = make_model("multinomial", preset="mail")
     words, pairs, spam = [], [], []
     featurize_s = model_s = 0.0
     for message in messages:

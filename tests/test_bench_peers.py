@@ -60,6 +60,33 @@ def test_the_mail_group_lists_the_side_by_side_filters_once():
     assert peers_main._peer_names("mail,bogofilter") == list(MAIL_FILTERS)
 
 
+def test_views_add_each_view_after_its_mail_stream_with_the_mail_filters(monkeypatch):
+    ran = []
+
+    def fake_run(args, stream, peer, limit):
+        ran.append((stream, peer, limit))
+        return {"stream": stream, "peer": peer, "unavailable": "not run in this test"}
+
+    monkeypatch.setattr(peers_main, "_run_one", fake_run)
+    monkeypatch.setattr(peers_main, "_machine", lambda: {**_machine(), "load": "0"})
+    peers_main.main(["--streams", "sms,chinese", "--peers", "streamnb,river-multinomial,spamprobe",
+                     "--views", "body-only,html-text", "--stream-limit", "chinese=50"])
+    assert ran == [
+        ("sms", "streamnb", None), ("sms", "river-multinomial", None), ("sms", "spamprobe", None),
+        ("chinese", "streamnb", 50), ("chinese", "river-multinomial", 50),
+        ("chinese", "spamprobe", 50),
+        # views of the mail stream only (SMS is text), with the mail filters of --peers
+        ("chinese+body-only", "streamnb", 50), ("chinese+body-only", "spamprobe", 50),
+        ("chinese+html-text", "streamnb", 50), ("chinese+html-text", "spamprobe", 50),
+    ]
+
+
+def test_an_unknown_view_is_refused_naming_the_known_ones(capsys):
+    with pytest.raises(SystemExit):
+        peers_main.main(["--views", "headers-only"])
+    assert "unknown view 'headers-only'" in capsys.readouterr().err
+
+
 def test_spamprobe_gives_an_empty_message_its_unsure_score():
     # The body-only view of a mail without text parts is empty: spamprobe prints nothing then.
     flt = make_filter("spamprobe", ["ham", "spam"])

@@ -388,6 +388,10 @@ class SpamprobeFilter(CommandPeer):
             return 0.5, False  # no database before the first training: unsure
         done = subprocess.run([*self.base, "score"], input=data, capture_output=True, check=False)
         fields = done.stdout.split()
+        if done.returncode == 0 and not fields and not data.strip():
+            # An empty message (the body-only view of a mail without text): spamprobe reads no
+            # message in it and prints nothing; it scores an empty mail 0.5, GOOD.
+            return 0.5, False
         if done.returncode != 0 or len(fields) < 2:
             raise RuntimeError(f"spamprobe failed: {done.stderr.decode(errors='replace')[:200]}")
         return float(fields[1]), fields[0] == b"SPAM"

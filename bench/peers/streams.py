@@ -21,6 +21,7 @@ class Stream:
     mask_received: bool = False
     description: str = ""
     view: str = "original"  # streamnb.evaluation.views: the form the mail is given in
+    mail: bool = True  # raw mail, so it has views (SMS is text: every view is the original)
 
 
 STREAMS = {
@@ -32,6 +33,7 @@ STREAMS = {
         "sms-spam-collection/SMSSpamCollection",
         None,
         description="SMS Spam Collection, corpus order",
+        mail=False,
     ),
     "chinese": Stream(
         "chinese",
@@ -86,6 +88,21 @@ def stream_named(name: str) -> Stream:
     if view and view not in VIEWS:
         raise KeyError(name)
     return in_view(STREAMS[base], view or "original")
+
+
+def with_views(names: list[str], views: list[str]) -> list[str]:
+    """``names`` with, after each mail stream, its ``<stream>+<view>`` for each of ``views``.
+
+    >>> with_views(["spamassassin", "sms"], ["body-only", "html-text"])
+    ['spamassassin', 'spamassassin+body-only', 'spamassassin+html-text', 'sms']
+    """
+    out = []
+    for name in names:
+        out.append(name)
+        stream = stream_named(name)
+        if stream.mail and stream.view == "original":
+            out += [f"{name}+{view}" for view in views if view != "original"]
+    return out
 
 
 def in_view(stream: Stream, view: str) -> Stream:

@@ -3,7 +3,8 @@
 >>> from streamnb.features import Featurizer, FeaturizerOptions
 >>> f = Featurizer(FeaturizerOptions())
 >>> dict(f.from_raw(b"Subject: Cheap pills\\n\\nBuy cheap pills").tokens)
-{'buy': 1, 'cheap': 1, 'pills': 1, 'subject:cheap': 1, 'subject:pills': 1, 'mime:text/plain': 1}
+{'buy': 1, 'cheap': 1, 'pills': 1, 'subject:cheap': 1, 'subject:pills': 1, \
+'order:^>subject>$': 1, 'shape:subject:a a': 1, 'mime:text/plain': 1}
 
 * :mod:`~streamnb.features.mail` reads MIME (transfer encodings, charsets, HTML);
 * :mod:`~streamnb.features.tokenize` splits text (Unicode words, Chinese, URLs, bigrams);

@@ -5,8 +5,10 @@
 ...                     b"Claim your FREE prize at http://198.51.100.7/claim now")
 >>> sorted(result.tokens)
 ['100', '198', '51', 'at', 'claim', 'free', 'from:example.com', 'from:promo.example.com',
- 'from:win', 'from:win@promo.example.com', 'http', 'mime:text/plain', 'now', 'prize',
- 'subject:free', 'subject:offer', 'url:198.51.100.7', 'url:ip', 'your']
+ 'from:win', 'from:win@promo.example.com', 'http', 'mime:text/plain', 'now',
+ 'order:^>from>subject', 'order:^>from>subject>$', 'order:from>subject>$', 'prize',
+ 'shape:from:a <a@a.a.a>', 'shape:subject:a a', 'subject:free', 'subject:offer',
+ 'url:198.51.100.7', 'url:ip', 'your']
 >>> from streamnb.features import META_FEATURE_NAMES
 >>> len(result.numeric) == len(META_FEATURE_NAMES), result.truncated
 (True, ())
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from streamnb.features.errors import FeaturizationError
+from streamnb.features.header_layout import header_layout_tokens
 from streamnb.features.mail import ADDRESS_RE, Budget, ParsedMail, read_mail, registrable_domain
 from streamnb.features.meta import meta_features
 from streamnb.features.options import FeaturizerOptions
@@ -94,6 +97,11 @@ class Featurizer:
                 counts.update(url_tokens(hosts))
         if options.header_tokens:
             self._count_header_tokens(mail, counts)
+        if mail.header_block and (options.header_order or options.header_shapes):
+            counts.update(header_layout_tokens(
+                mail.header_block, options.min_header_order, options.header_order,
+                options.header_shapes,
+            ))
         if options.mime_tokens:
             counts.update(_mime_tokens(mail))
         if options.defect_tokens and mail.defects:

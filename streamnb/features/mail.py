@@ -164,6 +164,9 @@ class ParsedMail:
     #: What was irregular in the message's structure (:data:`DEFECTS`), each once, in the
     #: order found; () for well-formed mail. Nothing is dropped for a defect.
     defects: tuple[str, ...] = ()
+    #: The top-level header block as read (line ends ``\n``, no separator line): the layout
+    #: tokens of :mod:`streamnb.features.header_layout` come from it.
+    header_block: bytes = b""
 
     def header(self, name: str) -> str:
         """The first value of header ``name`` ('' if absent)."""
@@ -276,6 +279,7 @@ def read_mail(
             mail.to_addrs.extend(a.lower() for a in ADDRESS_RE.findall(value))
     mail.truncated = tuple(budget.hit)
     mail.defects = tuple(defects)
+    mail.header_block = header_block
     return mail
 
 

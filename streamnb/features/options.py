@@ -74,6 +74,12 @@ class FeaturizerOptions:
     header_tokens: bool = True  # tokens of ``header_fields`` ("*": all), prefixed by the field
     header_fields: tuple[str, ...] = DEFAULT_HEADER_FIELDS
     address_words: bool = False  # addresses in headers also give their words (from:john)
+    # The header block's layout (streamnb.features.header_layout): each run of min_header_order
+    # to header_order consecutive field names ("order:^>from>subject"; 0: off), and each
+    # field's value shape ("shape:date:a, 0 a 0 0:0:0 +0").
+    header_order: int = 4
+    min_header_order: int = 3
+    header_shapes: bool = True
     mime_tokens: bool = True  # "mime:text/html", "charset:gb2312", "attach:.pdf", ...
     defect_tokens: bool = True  # "defect:missing_header_body_separator", ... (ParsedMail.defects)
     stop_lists: tuple[str, ...] = ()  # built-in stop-word lists to drop: "english", "chinese"
@@ -132,6 +138,13 @@ class FeaturizerOptions:
             raise ValueError(
                 f"osb_window must be 0 (off) or at least 2 (words per window), "
                 f"got {self.osb_window!r}"
+            )
+        if isinstance(self.header_order, bool) or not isinstance(self.header_order, int) or (
+            self.header_order and not 1 <= self.min_header_order <= self.header_order
+        ):
+            raise ValueError(
+                f"header_order must be 0 (off) or at least min_header_order (>= 1), got "
+                f"header_order {self.header_order!r}, min_header_order {self.min_header_order!r}"
             )
         if self.min_token_len > self.max_token_len:
             raise ValueError("min_token_len must not exceed max_token_len")

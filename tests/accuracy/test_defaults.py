@@ -47,7 +47,7 @@ def prequential(model, stream):
 
 def test_the_daemons_default_is_the_documented_mail_preset():
     mail = {
-        "alpha": 0.2, "repeated_words": "binary", "top_k": None, "temperature": 1.0,
+        "alpha": 0.15, "repeated_words": "binary", "top_k": None, "temperature": 1.0,
         "complement": False, "tf": "raw", "idf": True, "length_norm": True, "min_spread": 0.5,
         "combining": "nb", "robinson_s": 0.0178, "robinson_x": 0.52, "min_dev": 0.375,
         "n_buckets": None,

@@ -158,7 +158,12 @@ def test_header_fields_option_picks_the_headers():
     raw = b"Subject: hi there\nX-Spam-Flag: YES\nKeywords: cheap\n\nbody"
     tokens = Featurizer(FeaturizerOptions(header_fields=["keywords"])).from_raw(raw).tokens
     assert "keywords:cheap" in tokens and not any(t.startswith("subject:") for t in tokens)
-    tokens = Featurizer(FeaturizerOptions(header_tokens=False)).from_raw(raw).tokens
+    no_words = FeaturizerOptions(header_tokens=False)  # the layout tokens are their own options
+    tokens = Featurizer(no_words).from_raw(raw).tokens
+    assert {t for t in tokens if t.startswith(("subject:", "x-spam-flag:", "keywords:"))} == set()
+    assert "order:^>subject>x-spam-flag" in tokens
+    no_headers = FeaturizerOptions(header_tokens=False, header_order=0, header_shapes=False)
+    tokens = Featurizer(no_headers).from_raw(raw).tokens
     assert dict(tokens) == {"body": 1, "mime:text/plain": 1}
 
 

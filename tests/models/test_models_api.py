@@ -101,8 +101,9 @@ def test_a_state_saved_with_the_old_tuned_defaults_keeps_its_options():
                        "spam" if i % 3 else "ham")
     state = json.loads(json.dumps(mail.to_state()))
     restored = model_from_state(state)
-    assert restored.options() == mail.options() == make_model("multinomial",
-                                                              preset="mail").options()
+    assert restored.options() == mail.options() == {
+        **make_model("multinomial", preset="mail").options(), "alpha": 0.2  # the preset's before
+    }
     query = {"win": 2, "w1": 1, "cash": 1}
     assert restored.predict_log_proba_one(query) == mail.predict_log_proba_one(query)
     assert restored.predict_log_proba_one(query) != _MultinomialNB.from_state(

@@ -373,7 +373,9 @@ def test_every_shared_text_corpus_as_the_daemon_featurizes_it_is_the_loop(
             no_loop(batched, patch)
             for start in range(0, len(xs), 400):
                 got += batched.prequential_many(xs[start:start + 400], ys[start:start + 400])
-        assert_same_probas(expected, got, tolerance=1e-12)
+        # 1e-11: a 20 Newsgroups message has ~170 distinct tokens (14 of header layout) over 20
+        # classes; the vectorised sums round differently from the loop's by up to 3e-12.
+        assert_same_probas(expected, got, tolerance=1e-11)
         assert batched.to_state() == looped.to_state()
 
 
