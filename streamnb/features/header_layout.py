@@ -90,8 +90,43 @@ def header_shape_tokens(block: bytes) -> list[str]:
     return _shape_tokens(_fields(block))
 
 
+# Runs of one class made one character: a literal substitution per class, and split/join for
+# the spaces, take a third of the time of one alternation with look-behinds.
+_RUNS = tuple((re.compile(c + c + b"+"), c) for c in (b"a", b"0", b"h"))
+
+
+def _runs_made_one(classes: bytes) -> bytes:
+    """Each run of ``a``, ``0``, ``h`` or spaces in ``classes`` as one character; ``classes``
+    neither starts nor ends with a space (the values are stripped)."""
+    for run, one in _RUNS:
+        classes = run.sub(one, classes)
+    return b" ".join(classes.split()) if b"  " in classes else classes
+
+
 def _shape_tokens(fields: list[tuple[bytes, bytes]]) -> list[str]:
-    return [f"shape:{name.decode('ascii').lower()}:{value_shape(value)}" for name, value in fields]
+    # Every value shaped in one translate and one pass over the values joined by NUL (a class
+    # of its own, so no run crosses it); a value holding a NUL itself is shaped alone. Shapes
+    # are ASCII by construction (8-bit bytes became ``h``).
+    values = [value[:_SHAPED_BYTES].strip() for _, value in fields]
+    shapes = _runs_made_one(b"\0".join(values).translate(_CLASSES)).decode("ascii").split("\0")
+    if len(shapes) != len(values):
+        shapes = [_runs_made_one(value.translate(_CLASSES)).decode("ascii") for value in values]
+    return [_shape_prefix(name) + shape[:SHAPE_CHARS]
+            for (name, _), shape in zip(fields, shapes, strict=True)]
+
+
+_PREFIXES: dict[bytes, str] = {}
+
+
+def _shape_prefix(name: bytes) -> str:
+    """``shape:<name lower-cased>:``, made once per spelling (a bounded cache: a hostile
+    stream may invent a field name a mail)."""
+    prefix = _PREFIXES.get(name)
+    if prefix is None:
+        if len(_PREFIXES) >= 4096:
+            _PREFIXES.clear()
+        prefix = _PREFIXES[name] = f"shape:{name.decode('ascii').lower()}:"
+    return prefix
 
 
 def header_layout_tokens(block: bytes, shortest: int, longest: int, shapes: bool) -> list[str]:
