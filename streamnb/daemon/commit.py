@@ -8,7 +8,14 @@ from __future__ import annotations
 import logging
 import time
 
-from streamnb.daemon.changelog import changed_records, slice_record
+import orjson
+
+from streamnb.daemon.changelog import (
+    FORMAT_VERSION,
+    TOKEN_BUCKETS,
+    changed_records,
+    slice_record,
+)
 from streamnb.daemon.partitions import slice_key, tp_of
 
 __all__ = ["Committer"]
@@ -64,7 +71,8 @@ class Committer:
                     if self.max_tokens:  # token expiry: its tombstones join this commit
                         expired += self.parts.expire(key, self.max_tokens,
                                                      self.settings.model.expiry_keep())
-                    records = changed_records(part.model, part.store)
+                    records = changed_records(part.model, part.store,
+                                              self._bucket_room(topic))
                     if records and not part.identified:
                         records.append(slice_record(part.model))
                         identified.append(part)
@@ -115,6 +123,10 @@ class Committer:
                 "offsets": {slice_key(tp): off for tp, off in offsets.items()},
             },
         )
+
+    def _bucket_room(self, topic: str) -> int:
+        """The value bytes a token bucket record may carry to changelog ``topic``."""
+        return self.io.room(topic, orjson.dumps([FORMAT_VERSION, "tokens", TOKEN_BUCKETS]))
 
     def checkpoint_due(self) -> bool:
         if not self.pending:

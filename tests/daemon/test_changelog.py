@@ -185,3 +185,137 @@ def test_a_changelog_of_counts_that_mean_something_else_is_refused(other):
 def test_decode_tells_stats_from_feedback():
     assert decode(b'[1,"totals"]', None, "x") == ("stat", ("totals",), None)
     assert decode(b'[1,"feedback","m1"]', None, "x") == ("feedback", "m1", None)
+
+
+# ---------------------------------------------------------------- token bucket records
+# Layouts that force every way a commit writes tokens: (buckets, amplification, the largest
+# bucket record). The shipped one writes small buckets whole; amplification 0 writes a bucket
+# whole only when a token of it loses its counts; a tiny record limit dissolves buckets.
+LAYOUTS = [(1024, 4, 1_000_000), (2, 0, 1_000_000), (1, 1, 60), (3, 2, 200), (1, 1, 10_000)]
+EXPIRING_EVENT = st.one_of(
+    EVENT, st.tuples(st.just("expire"), st.integers(0, 5), st.just(None), st.just(None)))
+EXPIRING_COMMITS = st.lists(st.lists(EXPIRING_EVENT, max_size=8), max_size=8)
+
+
+def expiring_model(kind):
+    model = make_model(kind)
+    model.track_last_seen()
+    return model
+
+
+def run_expiring(model, store, event) -> None:
+    """:func:`run`, with token expiry (what ``Partitions.expire`` and ``Partitions.learn`` do
+    to an owned slice)."""
+    kind, msg_id, x, label = event
+    if kind == "expire":
+        model.expire(msg_id, msg_id)
+        return
+    entry = store.get(msg_id)
+    if kind == "feedback" and entry is not None and decide(entry, label) == "relabelled":
+        model.unlearn_one(model.unlearnable_part(entry.x, entry.label), entry.label)
+        model.learn_one(entry.x, label)
+        store.set_label(msg_id, label)
+        return
+    run(model, store, event)
+
+
+def expiring_log(kind, commits, max_value_bytes):
+    model, store = expiring_model(kind), FeedbackStore(max_ids=5)
+    model.mark_changes()
+    store.mark_changes()
+    log = []
+    for events in commits:
+        for event in events:
+            run_expiring(model, store, event)
+        log.extend(changed_records(model, store, max_value_bytes))
+        model.mark_changes()
+        store.mark_changes()
+    return model, store, log
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("kind", KINDS)
+@given(commits=EXPIRING_COMMITS, drop_tombstones=st.booleans(), split=st.integers(0, 100))
+@settings(max_examples=60, deadline=None)
+def test_token_records_in_buckets_restore_exactly_after_compaction(
+        layout, kind, commits, drop_tombstones, split):
+    """Whatever mix of bucket records, own records, tombstones and dissolved buckets the
+    commits wrote (expiry removing tokens in between), the compacted log restores the live
+    slice, and a reader that replays a prefix again ends up the same."""
+    import streamnb.daemon.changelog as changelog
+
+    n_buckets, amplification, max_value_bytes = layout
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(changelog, "TOKEN_BUCKETS", n_buckets)
+        patch.setattr(changelog, "BUCKET_AMPLIFICATION", amplification)
+        model, store, log = expiring_log(kind, commits, max_value_bytes)
+        compacted = compact(log)
+        if drop_tombstones:
+            compacted = [(k, v) for k, v in compacted if v is not None]
+        restored = expiring_model(kind)
+        apply_records(restored, FeedbackStore(max_ids=5), "in:0", compacted)
+        assert restored.to_state() == model.to_state()
+        replayed = expiring_model(kind)
+        cut = split % (len(log) + 1)
+        apply_records(replayed, FeedbackStore(max_ids=5), "in:0", log[:cut])
+        apply_records(replayed, FeedbackStore(max_ids=5), "in:0", log)
+        assert replayed.to_state() == model.to_state()
+        # the restored slice, now an owner, writes records that keep the log exact
+        restored.mark_changes()
+        restored_store = FeedbackStore()
+        restored_store.mark_changes()
+        more = [("message", "n1", {"win": 1, "new": 2}, "ham"), ("expire", 2, None, None)]
+        for event in more:
+            run_expiring(model, store, event)
+            run_expiring(restored, restored_store, event)
+        log = compact(log + changed_records(restored, restored_store, max_value_bytes))
+        again = expiring_model(kind)
+        apply_records(again, FeedbackStore(), "in:0", log)
+        assert again.to_state() == model.to_state()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(messages=st.lists(st.tuples(MESSAGE, LABEL), max_size=12), expired=st.integers(0, 6))
+@settings(max_examples=60, deadline=None)
+def test_stat_values_in_bulk_equal_one_by_one(kind, messages, expired):
+    for model in (make_model(kind), expiring_model(kind)):
+        for x, label in messages:
+            model.learn_one(x, label)
+        if model.tracks_last_seen:
+            model.expire(expired, expired)
+        keys = [*model.stat_keys(), ("token", "never-seen"), ("totals",)]
+        assert model.stat_values(keys) == [model.stat_value(key) for key in keys]
+
+
+def test_a_commit_of_few_changes_in_a_large_vocabulary_writes_each_token_alone():
+    model = make_model("multinomial")
+    model.learn_one({f"w{i}": 1 for i in range(20_000)}, "ham")
+    model.mark_changes()
+    model.learn_one({"w1": 1, "w2": 1, "fresh": 1}, "spam")
+    store = FeedbackStore()
+    store.mark_changes()
+    kinds = [orjson.loads(key)[1] for key, _ in changed_records(model, store)]
+    assert sorted(kinds) == ["token", "token", "token", "totals"]
+    # and the whole slice is one record per bucket
+    whole = [orjson.loads(key)[1] for key, _ in all_records(model, FeedbackStore())]
+    assert whole.count("tokens") == 1024 and "token" not in whole
+
+
+def test_a_token_that_loses_its_counts_is_not_brought_back_by_an_older_bucket_record():
+    """Its bucket was written whole, then later commits wrote tokens alone; when the token
+    expires, the bucket is written again without it (a tombstone alone would leave the older
+    bucket record listing it once compaction drops the tombstone)."""
+    import streamnb.daemon.changelog as changelog
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(changelog, "TOKEN_BUCKETS", 1)
+        patch.setattr(changelog, "BUCKET_AMPLIFICATION", 1)
+        commits = [[("message", "m1", {"a": 1, "b": 1}, "ham")],
+                   [("message", "m2", {"c": 1, "d": 1, "e": 1}, "spam")],
+                   [("expire", 4, None, None)]]
+        model, _, log = expiring_log("multinomial", commits, 10_000)
+        assert model.vocabulary_size == 4
+        survivors = [(k, v) for k, v in compact(log) if v is not None]
+        restored = expiring_model("multinomial")
+        apply_records(restored, FeedbackStore(), "in:0", survivors)
+        assert restored.to_state() == model.to_state()
