@@ -12,7 +12,8 @@ record key (JSON)              record value (JSON; ``null`` value = tombstone: t
 ``[1, "tokens", b]``           ``[[t, {label: count}], ...]``: every token of bucket b
 ``[1, "totals"]``              ``{"n_docs": {label: n}, "totals": {label: s}}``
 ``[1, "model"]``               a model without finer keys (GDA): its whole ``to_state()``
-``[1, "feedback", id]``        ``{"label": l | null, "seq": n, "x": model input}``
+``[1, "entries", r]``          ``[[id, label | null, seq, model input], ...]``: feedback run r
+``[1, "feedback", id]``        ``{"label": l | null, "seq": n, "x": model input}`` (read only)
 ``[1, "slice"]``               ``{"kind": k, "counting": {option: value}}``: what the counts are
 =============================  ===============================================================
 
@@ -27,6 +28,12 @@ key's tombstone, then the whole bucket without it, so that no compaction can lea
 bucket record that still lists it; a bucket too large for one record is instead "dissolved":
 each of its tokens' own records and an empty bucket record. :func:`apply_records` applies
 both kinds in log order, which is all a reader needs to know.
+
+The feedback store's entries travel in runs of consecutive arrivals
+(:mod:`streamnb.daemon.feedback`), a record each, keyed by the run's first arrival number; a
+tombstone when the run's last entry is gone. A changelog written before runs holds a record per
+entry, keyed by its id: they are read as before, and when such an entry changes its record is
+rewritten (or, when it left the store or moved into a run, tombstoned) ahead of the runs.
 
 The ``slice`` record lets a daemon refuse a changelog written by a model of another kind, or
 one that counts differently (hashing buckets, repeated words), instead of adding up counts
@@ -43,7 +50,7 @@ The leading 1 is the format version; a record this build cannot read stops the d
 >>> _ = store.remember("m1", "mail:0", {"win": 1}, "spam")
 >>> records = changed_records(model, store)
 >>> [key for key, _ in records]
-[b'[1,"tokens",886]', b'[1,"totals"]', b'[1,"feedback","m1"]']
+[b'[1,"tokens",886]', b'[1,"totals"]', b'[1,"entries",0]']
 >>> copy, copy_store = make_model("bernoulli"), FeedbackStore()
 >>> apply_records(copy, copy_store, "mail:0", records)
 3
@@ -53,6 +60,8 @@ The leading 1 is the format version; a record this build cannot read stops the d
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import weakref
 import zlib
 from collections.abc import Iterable
@@ -70,6 +79,7 @@ __all__ = [
     "changed_records",
     "changelog_topic",
     "decode",
+    "no_cyclic_gc",
     "slice_record",
     "token_bucket",
 ]
@@ -111,12 +121,34 @@ def _stat_record(key: tuple, value: Any) -> tuple[bytes, bytes | None]:
 
 
 def _feedback_record(msg_id: str, entry: Entry | None) -> tuple[bytes, bytes | None]:
+    """The record of an entry kept in a record of its own (the earlier layout); a tombstone
+    once it has left the store or joined a run."""
     key = orjson.dumps([FORMAT_VERSION, "feedback", msg_id])
-    if entry is None:
+    if entry is None or entry.run is not None:
         return key, None
     return key, orjson.dumps(
         {"label": entry.label, "seq": entry.seq, "x": orjson.Fragment(entry.x_json)}
     )
+
+
+def run_key(run: int) -> bytes:
+    return orjson.dumps([FORMAT_VERSION, "entries", run])
+
+
+def _run_record(store: FeedbackStore, run: int) -> tuple[bytes, bytes | None]:
+    items = store.run_entries(run)
+    if not items:
+        return run_key(run), None
+    Fragment = orjson.Fragment
+    return run_key(run), orjson.dumps(
+        [[msg_id, e.label, e.seq, Fragment(e.x_json)] for msg_id, e in items])
+
+
+def _feedback_records(store: FeedbackStore, ids: Iterable[str], runs: Iterable[int]) -> Records:
+    # Own records first: an id that moved into a run is tombstoned before its run is written.
+    records = [_feedback_record(i, store.get(i)) for i in ids]
+    records.extend(_run_record(store, run) for run in runs)
+    return records
 
 
 def slice_record(model: Any) -> tuple[bytes, bytes]:
@@ -202,18 +234,26 @@ def _token_records(model: Any, changed: list[tuple], max_value_bytes: int,
         by_bucket.setdefault(token_bucket(token), []).append(token)
     if buckets.size != getattr(model, "vocabulary_size", buckets.size):
         buckets = _BUCKETS[model] = _Buckets(model)  # a change went untracked: re-index
-    records: Records = []
+    # Which buckets are written whole; their other tokens' values are read in one call.
+    plan = []
+    unread = []
     for bucket in sorted(by_bucket):
         tokens = by_bucket[bucket]
-        members = sorted(buckets.members.get(bucket, ()))
         deleted = sorted(t for t in tokens if values["token", t] is None)
-        if not whole and not deleted and len(members) > BUCKET_AMPLIFICATION * len(tokens):
-            records.extend(_stat_record(("token", t), values["token", t])
-                           for t in sorted(tokens))
+        held = buckets.members.get(bucket, ())
+        if not whole and not deleted and len(held) > BUCKET_AMPLIFICATION * len(tokens):
+            plan.append((bucket, sorted(tokens), None, None))
             continue
+        members = sorted(held)
         keys = [("token", t) for t in members]
-        unread = [key for key in keys if key not in values]
-        values.update(zip(unread, _stat_values(model, unread), strict=True))
+        unread.extend(key for key in keys if key not in values)
+        plan.append((bucket, members, keys, deleted))
+    values.update(zip(unread, _stat_values(model, unread), strict=True))
+    records: Records = []
+    for bucket, members, keys, deleted in plan:
+        if keys is None:  # the changed tokens' own records
+            records.extend(_stat_record(("token", t), values["token", t]) for t in members)
+            continue
         record = _bucket_record(bucket, members, [values[key] for key in keys])
         if len(record[1]) <= max_value_bytes:
             records.extend(_stat_record(("token", t), None) for t in deleted)
@@ -238,21 +278,39 @@ def _stat_records(model: Any, keys: Iterable[tuple], max_value_bytes: int,
     return records
 
 
+@contextlib.contextmanager
+def no_cyclic_gc():
+    """Python's cyclic collector off while a commit's records are made: they are hundreds of
+    thousands of short-lived lists, floats and dicts (none in a cycle), and every few hundred
+    of them the collector would walk the daemon's whole heap (the model, the store): making
+    SpamAssassin's records took ten times as long with it on."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def changed_records(model: Any, store: FeedbackStore,
                     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Records:
     """The records of every key of ``model`` and id of ``store`` changed since their
     ``mark_changes()``; the caller marks them again once the records are committed. No
     bucket record is larger than ``max_value_bytes`` (what the topic accepts with its key)."""
-    records = _stat_records(model, model.changed_keys(), max_value_bytes)
-    records.extend(_feedback_record(i, store.get(i)) for i in store.changed_ids())
+    with no_cyclic_gc():
+        records = _stat_records(model, model.changed_keys(), max_value_bytes)
+        records.extend(_feedback_records(store, store.changed_ids(), store.changed_runs()))
     return records
 
 
 def all_records(model: Any, store: FeedbackStore,
                 max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Records:
     """Every key's record: the whole slice (what a compacted changelog converges to)."""
-    records = _stat_records(model, model.stat_keys(), max_value_bytes, whole=True)
-    records.extend(_feedback_record(msg_id, entry) for msg_id, entry in store.items())
+    with no_cyclic_gc():
+        records = _stat_records(model, model.stat_keys(), max_value_bytes, whole=True)
+        records.extend(_feedback_records(
+            store, [i for i, entry in store.items() if entry.run is None], store.runs()))
     return records
 
 
@@ -283,6 +341,13 @@ def decode(key: bytes | None, value: bytes | None, where: str) -> tuple:
         return ("feedback", parts[2], body)
     if kind in ("token", "totals", "model"):
         return ("stat", tuple(parts[1:]), body)
+    if kind == "entries" and len(parts) == 3 and type(parts[2]) is int:
+        if body is not None and not (isinstance(body, list) and all(
+                isinstance(item, list) and len(item) == 4 and isinstance(item[0], str)
+                and (item[1] is None or isinstance(item[1], str))
+                and type(item[2]) is int for item in body)):
+            raise ChangelogError(f"{where}: corrupt feedback run {parts[2]}")
+        return ("run", parts[2], body)
     if kind == "tokens" and len(parts) == 3 and type(parts[2]) is int:
         if not (isinstance(body, list) and all(
                 isinstance(pair, list) and len(pair) == 2 for pair in body)):
@@ -307,6 +372,7 @@ def apply_records(
     update). Returns how many records were applied."""
     stats: dict[tuple, Any] = {}
     feedback: dict[str, Any] = {}
+    runs: dict[int, Any] = {}
     count = 0
     for key, value in records:
         kind, name, body = decode(key, value, where)
@@ -321,6 +387,9 @@ def apply_records(
         if kind == "bucket":
             for token, value in body:
                 stats["token", token] = value
+            continue
+        if kind == "run":
+            runs[name] = body
             continue
         (stats if kind == "stat" else feedback)[name] = body
     if stats:
@@ -339,4 +408,9 @@ def apply_records(
                 continue
             x_json = orjson.dumps(body["x"], option=orjson.OPT_SERIALIZE_NUMPY)
             store.put(msg_id, Entry(slice_key, body["label"], x_json, body["seq"]))
+        dumps, numpy = orjson.dumps, orjson.OPT_SERIALIZE_NUMPY
+        for run, body in runs.items():
+            store.put_run(run, None if body is None else [
+                (msg_id, Entry(slice_key, label, dumps(x, option=numpy), seq, run))
+                for msg_id, label, seq, x in body])
     return count

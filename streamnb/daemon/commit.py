@@ -14,6 +14,7 @@ from streamnb.daemon.changelog import (
     FORMAT_VERSION,
     TOKEN_BUCKETS,
     changed_records,
+    no_cyclic_gc,
     slice_record,
 )
 from streamnb.daemon.partitions import slice_key, tp_of
@@ -60,26 +61,11 @@ class Committer:
             started = time.perf_counter()
             # Step 1: nothing to do here; process() applies records whole, under the lock.
             owned = self.parts.owned
-            size = 0
-            n_records = 0
-            identified = []
-            expired = 0
+            identified: list = []
             try:
-                # Step 2
-                for key, part in owned.items():
-                    topic, partition = self.io.changelog_of(tp_of(key))
-                    if self.max_tokens:  # token expiry: its tombstones join this commit
-                        expired += self.parts.expire(key, self.max_tokens,
-                                                     self.settings.model.expiry_keep())
-                    records = changed_records(part.model, part.store,
-                                              self._bucket_room(topic))
-                    if records and not part.identified:
-                        records.append(slice_record(part.model))
-                        identified.append(part)
-                    for record_key, value in records:
-                        self.io.send(topic, record_key, value, partition=partition)
-                        size += len(record_key) + (len(value) if value is not None else 0)
-                        n_records += 1
+                # Step 2 (with the cyclic collector off: see changelog.no_cyclic_gc)
+                with no_cyclic_gc():
+                    n_records, size, expired = self._send_changes(owned, identified)
                 # Step 3 and Step 4 (KafkaIO.commit: send_offsets_to_transaction, then
                 # commit_transaction, each under the watchdog)
                 offsets = {tp_of(k): self.offsets[k] for k in owned if k in self.offsets}
@@ -123,6 +109,27 @@ class Committer:
                 "offsets": {slice_key(tp): off for tp, off in offsets.items()},
             },
         )
+
+    def _send_changes(self, owned: dict, identified: list) -> tuple[int, int, int]:
+        """Step 2: each owned slice's changed records into the transaction. Returns the
+        records sent, their bytes and the tokens expired; ``identified`` gets the slices
+        whose identity record went with them."""
+        size = n_records = expired = 0
+        for key, part in owned.items():
+            topic, partition = self.io.changelog_of(tp_of(key))
+            if self.max_tokens:  # token expiry: its tombstones join this commit
+                expired += self.parts.expire(key, self.max_tokens,
+                                             self.settings.model.expiry_keep())
+            records = changed_records(part.model, part.store, self._bucket_room(topic))
+            if records and not part.identified:
+                records.append(slice_record(part.model))
+                identified.append(part)
+            send = self.io.send
+            for record_key, value in records:
+                send(topic, record_key, value, partition=partition)
+                size += len(record_key) + (len(value) if value is not None else 0)
+            n_records += len(records)
+        return n_records, size, expired
 
     def _bucket_room(self, topic: str) -> int:
         """The value bytes a token bucket record may carry to changelog ``topic``."""

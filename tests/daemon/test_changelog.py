@@ -75,7 +75,9 @@ def compact(log):
 
 
 def same_store(a: FeedbackStore, b: FeedbackStore) -> bool:
-    return orjson.dumps(a.to_state()["entries"]) == orjson.dumps(b.to_state()["entries"])
+    """The same entries, in the same order, grouped in the same changelog runs."""
+    return (orjson.dumps(a.to_state()["entries"]) == orjson.dumps(b.to_state()["entries"])
+            and [e.run for _, e in a.items()] == [e.run for _, e in b.items()])
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -319,3 +321,45 @@ def test_a_token_that_loses_its_counts_is_not_brought_back_by_an_older_bucket_re
         restored = expiring_model("multinomial")
         apply_records(restored, FeedbackStore(), "in:0", survivors)
         assert restored.to_state() == model.to_state()
+
+
+def test_feedback_entries_travel_in_runs_of_consecutive_arrivals():
+    store = FeedbackStore(run_max_bytes=2000)
+    store.mark_changes()
+    for i in range(300):
+        store.remember(f"m{i}", "in:0", {"w": 1}, None)
+    model = make_model("multinomial")
+    model.mark_changes()
+    records = changed_records(model, store)
+    # 300 short entries (41 bytes at most each) in runs of at most 128 entries and 2000 bytes
+    assert 300 / 128 <= len(records) <= 300 / 40
+    assert all(len(value) <= 2000 for _, value in records)
+    restored = FeedbackStore(run_max_bytes=2000)
+    apply_records(make_model("multinomial"), restored, "in:0", records)
+    assert same_store(restored, store)
+
+
+def test_a_changelog_with_a_record_per_entry_is_read_and_rewritten_into_runs():
+    """The layout before runs (a record per entry, keyed by id) is read, and an entry of it
+    that changes is tombstoned under its own key, so the compacted log stays exact."""
+    from streamnb.daemon.changelog import _feedback_record
+    from streamnb.daemon.feedback import Entry
+
+    model = make_model("multinomial")
+    model.learn_one({"win": 1}, "spam")
+    old = [_feedback_record(f"m{i}", Entry("in:0", "spam" if i else None, b'{"win":1}', i))
+           for i in range(4)]
+    log = [*all_records(model, FeedbackStore()), *old]
+    live, store = make_model("multinomial"), FeedbackStore(max_ids=4)
+    apply_records(live, store, "in:0", log)
+    live.mark_changes()
+    store.mark_changes()
+    run(live, store, ("feedback", "m0", None, "ham"))  # learned: m0's own record rewritten
+    run(live, store, ("message", "m9", {"cash": 1}, "spam"))  # evicts m1 (tombstone)
+    log += changed_records(live, store)
+    for records in (log, [(k, v) for k, v in compact(log) if v is not None]):
+        restored, restored_store = make_model("multinomial"), FeedbackStore(max_ids=4)
+        apply_records(restored, restored_store, "in:0", records)
+        restored_store.order_by_arrival()
+        assert restored.to_state() == live.to_state()
+        assert same_store(restored_store, store)
