@@ -35,8 +35,9 @@ class Committer:
            Their predictions and dead letters were sent into the open transaction as they
            were made.
         2. For each owned slice, the record of every key changed since the last commit (its
-           full current value, or a tombstone) and of every feedback entry remembered,
-           relabelled or evicted goes to the slice's changelog partition, in the transaction
+           full current value, or a tombstone; tokens grouped in bucket records where most
+           of a bucket changed) and of every feedback run an entry joined, left or was
+           relabelled in goes to the slice's changelog partition, in the transaction
            (with, the first time after taking the slice over, the record of what its counts
            are: model kind and counting options). With ``model.max_tokens``, a slice over
            the budget first expires tokens (``Partitions.expire``): their tombstones are
