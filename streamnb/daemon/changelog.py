@@ -374,6 +374,7 @@ def apply_records(
     stats: dict[tuple, Any] = {}
     feedback: dict[str, Any] = {}
     runs: dict[int, Any] = {}
+    from_buckets: set[tuple] = set()  # keys whose latest value came from a bucket record
     count = 0
     for key, value in records:
         kind, name, body = decode(key, value, where)
@@ -388,11 +389,22 @@ def apply_records(
         if kind == "bucket":
             for token, value in body:
                 stats["token", token] = value
+                from_buckets.add(("token", token))
             continue
+        if kind == "stat":
+            from_buckets.discard(name)
         if kind == "run":
             runs[name] = body
             continue
         (stats if kind == "stat" else feedback)[name] = body
+    if from_buckets:
+        # A bucket record also lists the tokens its commit did not change: those the model
+        # already holds at that value are left out (setting them, and the global model's
+        # follow-up, costs ten times as much as reading the values to compare).
+        unchanged = list(from_buckets)
+        for key, value in zip(unchanged, _stat_values(model, unchanged), strict=True):
+            if value == stats[key]:
+                del stats[key]
     if stats:
         _BUCKETS.pop(model, None)  # a writer's index is rebuilt from what the model holds
         if on_stat is not None:
