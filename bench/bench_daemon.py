@@ -126,7 +126,9 @@ def _toml_value(value) -> str:
 
 
 def settings_text(bootstrap: str, topic: str, workdir: Path, group: str) -> str:
-    options = "\n".join(f"{key} = {_toml_value(value)}" for key, value in MAIL_OPTIONS.items())
+    # TOML has no null: an option set to None is left out, which is its default (top_k).
+    options = "\n".join(f"{key} = {_toml_value(value)}" for key, value in MAIL_OPTIONS.items()
+                         if value is not None)
     return f"""
 [model]
 kind = "multinomial"

@@ -9,11 +9,31 @@ record per key) keeps exactly what a reader needs:
 record key (JSON)              record value (JSON; ``null`` value = tombstone: the key is gone)
 =============================  ===============================================================
 ``[1, "token", t]``            ``{label: count}``, token (or hash bucket) t's counts
+``[1, "tokens", b]``           ``[[t, {label: count}], ...]``: every token of bucket b
 ``[1, "totals"]``              ``{"n_docs": {label: n}, "totals": {label: s}}``
 ``[1, "model"]``               a model without finer keys (GDA): its whole ``to_state()``
-``[1, "feedback", id]``        ``{"label": l | null, "seq": n, "x": model input}``
+``[1, "entries", r]``          ``[[id, label | null, seq, model input(, clock)], ...]``: run r
+``[1, "feedback", id]``        ``{"label": l | null, "seq": n, "x": model input}`` (read only)
 ``[1, "slice"]``               ``{"kind": k, "counting": {option: value}}``: what the counts are
 =============================  ===============================================================
+
+A token's value is in its own record or in its bucket's (b = :func:`token_bucket`, one of
+1,024), whichever comes later in the log: a bucket record lists **every** token of its bucket
+that has counts, so it holds a token's latest value until a later record of the token's own
+key does. A writer writes a bucket whole where most of its tokens changed (the records of a
+small vocabulary, an SMS stream's, are then a thousand instead of one per token) and the
+changed tokens' own records where few did (a commit of mail touches a small share of a large
+vocabulary). A token that loses its counts is always written through its bucket: its own
+key's tombstone, then the whole bucket without it, so that no compaction can leave an older
+bucket record that still lists it; a bucket too large for one record is instead "dissolved":
+each of its tokens' own records and an empty bucket record. :func:`apply_records` applies
+both kinds in log order, which is all a reader needs to know.
+
+The feedback store's entries travel in runs of consecutive arrivals
+(:mod:`streamnb.daemon.feedback`), a record each, keyed by the run's first arrival number; a
+tombstone when the run's last entry is gone. A changelog written before runs holds a record per
+entry, keyed by its id: they are read as before, and when such an entry changes its record is
+rewritten (or, when it left the store or moved into a run, tombstoned) ahead of the runs.
 
 The ``slice`` record lets a daemon refuse a changelog written by a model of another kind, or
 one that counts differently (hashing buckets, repeated words), instead of adding up counts
@@ -30,7 +50,7 @@ The leading 1 is the format version; a record this build cannot read stops the d
 >>> _ = store.remember("m1", "mail:0", {"win": 1}, "spam")
 >>> records = changed_records(model, store)
 >>> [key for key, _ in records]
-[b'[1,"token","win"]', b'[1,"totals"]', b'[1,"feedback","m1"]']
+[b'[1,"tokens",886]', b'[1,"totals"]', b'[1,"entries",0]']
 >>> copy, copy_store = make_model("bernoulli"), FeedbackStore()
 >>> apply_records(copy, copy_store, "mail:0", records)
 3
@@ -40,6 +60,10 @@ The leading 1 is the format version; a record this build cannot read stops the d
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import weakref
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,10 +79,23 @@ __all__ = [
     "changed_records",
     "changelog_topic",
     "decode",
+    "no_cyclic_gc",
     "slice_record",
+    "token_bucket",
 ]
 
 FORMAT_VERSION = 1
+
+#: Buckets of token records (part of the format: a reader finds a token's bucket by it).
+TOKEN_BUCKETS = 1024
+#: A commit writes a bucket whole when it has at most this many tokens per changed token: a
+#: token value costs 1-2 µs to read and encode in a bucket, its own record 15-60 µs (most of
+#: it kafka-python's send). SpamAssassin in commits of 500 mails: 4 wrote 99k records (42 MB),
+#: 8 wrote 21k (53 MB).
+BUCKET_AMPLIFICATION = 8
+#: The largest bucket record a writer makes when the topic's limit is not given (Kafka's
+#: default max.message.bytes less room for the key and the batch).
+DEFAULT_MAX_VALUE_BYTES = 1_000_000
 
 Records = list[tuple[bytes, bytes | None]]
 
@@ -89,13 +126,37 @@ def _stat_record(key: tuple, value: Any) -> tuple[bytes, bytes | None]:
 
 
 def _feedback_record(msg_id: str, entry: Entry | None) -> tuple[bytes, bytes | None]:
+    """The record of an entry kept in a record of its own (the earlier layout); a tombstone
+    once it has left the store or joined a run."""
     key = _dumps([FORMAT_VERSION, "feedback", msg_id])
-    if entry is None:
+    if entry is None or entry.run is not None:
         return key, None
     body = {"label": entry.label, "seq": entry.seq, "x": orjson.Fragment(entry.x_json)}
     if entry.clock is not None:  # decay: the clock its label was learned at
         body["clock"] = entry.clock
     return key, _dumps(body)
+
+
+def run_key(run: int) -> bytes:
+    return _dumps([FORMAT_VERSION, "entries", run])
+
+
+def _run_record(store: FeedbackStore, run: int) -> tuple[bytes, bytes | None]:
+    items = store.run_entries(run)
+    if not items:
+        return run_key(run), None
+    Fragment = orjson.Fragment
+    return run_key(run), _dumps([
+        [msg_id, e.label, e.seq, Fragment(e.x_json)] if e.clock is None
+        else [msg_id, e.label, e.seq, Fragment(e.x_json), e.clock]  # decay: its learn clock
+        for msg_id, e in items])
+
+
+def _feedback_records(store: FeedbackStore, ids: Iterable[str], runs: Iterable[int]) -> Records:
+    # Own records first: an id that moved into a run is tombstoned before its run is written.
+    records = [_feedback_record(i, store.get(i)) for i in ids]
+    records.extend(_run_record(store, run) for run in runs)
+    return records
 
 
 def slice_record(model: Any) -> tuple[bytes, bytes]:
@@ -110,20 +171,155 @@ def slice_identity(model: Any) -> dict:
     return {"kind": getattr(model, "kind", type(model).__name__), "counting": counting}
 
 
-def changed_records(model: Any, store: FeedbackStore) -> Records:
-    """The records of every key of ``model`` and id of ``store`` changed since their
-    ``mark_changes()``; the caller marks them again once the records are committed."""
-    records = [_stat_record(key, model.stat_value(key)) for key in sorted(
-        model.changed_keys(), key=_sort_key)]
-    records.extend(_feedback_record(i, store.get(i)) for i in store.changed_ids())
+def token_bucket(token: Any) -> int:
+    """The bucket of a token (a str) or of a hashed model's bucket number (an int).
+
+    >>> token_bucket("win"), token_bucket(5000)
+    (886, 904)
+    """
+    if type(token) is int:
+        return token % TOKEN_BUCKETS
+    return zlib.crc32(token.encode("utf-8", "surrogatepass")) % TOKEN_BUCKETS
+
+
+class _Buckets:
+    """A writer's index of a model's tokens (those with counts) by bucket; kept up to date
+    from the changed keys of each commit, rebuilt if the model's vocabulary size says it
+    missed a change."""
+
+    def __init__(self, model: Any):
+        self.members: dict[int, set] = {}
+        self.size = 0
+        for key in model.stat_keys():
+            if key[0] == "token":
+                self.add(key[1])
+
+    def add(self, token: Any) -> None:
+        members = self.members.setdefault(token_bucket(token), set())
+        if token not in members:
+            members.add(token)
+            self.size += 1
+
+    def discard(self, token: Any) -> None:
+        members = self.members.get(token_bucket(token))
+        if members is not None and token in members:
+            members.discard(token)
+            self.size -= 1
+
+
+_BUCKETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _buckets_of(model: Any) -> _Buckets:
+    buckets = _BUCKETS.get(model)
+    if buckets is None:
+        buckets = _BUCKETS[model] = _Buckets(model)
+    return buckets
+
+
+def _stat_values(model: Any, keys: list[tuple]) -> list[Any]:
+    bulk = getattr(model, "stat_values", None)
+    return bulk(keys) if bulk is not None else [model.stat_value(key) for key in keys]
+
+
+def _bucket_record(bucket: int, tokens: list, values: list) -> tuple[bytes, bytes]:
+    return (_dumps([FORMAT_VERSION, "tokens", bucket]),
+            _dumps([[t, v] for t, v in zip(tokens, values, strict=True)]))
+
+
+def _token_records(model: Any, changed: list[tuple], max_value_bytes: int,
+                   whole: bool = False) -> Records:
+    """The records of the token keys ``changed`` (all of them: ``whole``), grouped by bucket
+    as the module docstring says."""
+    buckets = _buckets_of(model)
+    values = dict(zip(changed, _stat_values(model, changed), strict=True))
+    by_bucket: dict[int, list] = {}
+    for key, value in values.items():
+        token = key[1]
+        if value is None:
+            buckets.discard(token)
+        else:
+            buckets.add(token)
+        by_bucket.setdefault(token_bucket(token), []).append(token)
+    if buckets.size != getattr(model, "vocabulary_size", buckets.size):
+        buckets = _BUCKETS[model] = _Buckets(model)  # a change went untracked: re-index
+    # Which buckets are written whole; their other tokens' values are read in one call.
+    plan = []
+    unread = []
+    for bucket in sorted(by_bucket):
+        tokens = by_bucket[bucket]
+        deleted = sorted(t for t in tokens if values["token", t] is None)
+        held = buckets.members.get(bucket, ())
+        if not whole and not deleted and len(held) > BUCKET_AMPLIFICATION * len(tokens):
+            plan.append((bucket, sorted(tokens), None, None))
+            continue
+        members = sorted(held)
+        keys = [("token", t) for t in members]
+        unread.extend(key for key in keys if key not in values)
+        plan.append((bucket, members, keys, deleted))
+    values.update(zip(unread, _stat_values(model, unread), strict=True))
+    records: Records = []
+    for bucket, members, keys, deleted in plan:
+        if keys is None:  # the changed tokens' own records
+            records.extend(_stat_record(("token", t), values["token", t]) for t in members)
+            continue
+        record = _bucket_record(bucket, members, [values[key] for key in keys])
+        if len(record[1]) <= max_value_bytes:
+            records.extend(_stat_record(("token", t), None) for t in deleted)
+            records.append(record)
+            continue
+        # Too large for one record: every token in its own record, and an empty bucket
+        # record, so that no older bucket record of it outlives compaction.
+        records.extend(_stat_record(("token", t), None) for t in deleted)
+        records.extend(_stat_record(key, values[key]) for key in keys)
+        records.append(_bucket_record(bucket, [], []))
     return records
 
 
-def all_records(model: Any, store: FeedbackStore) -> Records:
+def _stat_records(model: Any, keys: Iterable[tuple], max_value_bytes: int,
+                  whole: bool = False) -> Records:
+    tokens, others = [], []
+    for key in keys:
+        (tokens if key[0] == "token" else others).append(key)
+    records = _token_records(model, tokens, max_value_bytes, whole) if tokens else []
+    records.extend(_stat_record(key, model.stat_value(key))
+                   for key in sorted(others, key=_sort_key))
+    return records
+
+
+@contextlib.contextmanager
+def no_cyclic_gc():
+    """Python's cyclic collector off while a commit's records are made: they are hundreds of
+    thousands of short-lived lists, floats and dicts (none in a cycle), and every few hundred
+    of them the collector would walk the daemon's whole heap (the model, the store): making
+    SpamAssassin's records took ten times as long with it on."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def changed_records(model: Any, store: FeedbackStore,
+                    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Records:
+    """The records of every key of ``model`` and id of ``store`` changed since their
+    ``mark_changes()``; the caller marks them again once the records are committed. No
+    bucket record is larger than ``max_value_bytes`` (what the topic accepts with its key)."""
+    with no_cyclic_gc():
+        records = _stat_records(model, model.changed_keys(), max_value_bytes)
+        records.extend(_feedback_records(store, store.changed_ids(), store.changed_runs()))
+    return records
+
+
+def all_records(model: Any, store: FeedbackStore,
+                max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Records:
     """Every key's record: the whole slice (what a compacted changelog converges to)."""
-    records = [_stat_record(key, model.stat_value(key))
-               for key in sorted(model.stat_keys(), key=_sort_key)]
-    records.extend(_feedback_record(msg_id, entry) for msg_id, entry in store.items())
+    with no_cyclic_gc():
+        records = _stat_records(model, model.stat_keys(), max_value_bytes, whole=True)
+        records.extend(_feedback_records(
+            store, [i for i, entry in store.items() if entry.run is None], store.runs()))
     return records
 
 
@@ -156,6 +352,19 @@ def decode(key: bytes | None, value: bytes | None, where: str) -> tuple:
         return ("feedback", parts[2], body)
     if kind in ("token", "totals", "model"):
         return ("stat", tuple(parts[1:]), body)
+    if kind == "entries" and len(parts) == 3 and type(parts[2]) is int:
+        if body is not None and not (isinstance(body, list) and all(
+                isinstance(item, list) and len(item) in (4, 5) and isinstance(item[0], str)
+                and (item[1] is None or isinstance(item[1], str))
+                and type(item[2]) is int and (len(item) == 4 or type(item[4]) is int)
+                for item in body)):
+            raise ChangelogError(f"{where}: corrupt feedback run {parts[2]}")
+        return ("run", parts[2], body)
+    if kind == "tokens" and len(parts) == 3 and type(parts[2]) is int:
+        if not (isinstance(body, list) and all(
+                isinstance(pair, list) and len(pair) == 2 for pair in body)):
+            raise ChangelogError(f"{where}: corrupt token bucket record {parts[2]}")
+        return ("bucket", parts[2], body)
     if kind == "slice" and len(parts) == 2:
         return ("slice", None, body)
     raise ChangelogError(f"{where}: unknown changelog record kind {kind!r:.40}")
@@ -175,6 +384,8 @@ def apply_records(
     update). Returns how many records were applied."""
     stats: dict[tuple, Any] = {}
     feedback: dict[str, Any] = {}
+    runs: dict[int, Any] = {}
+    from_buckets: set[tuple] = set()  # keys whose latest value came from a bucket record
     count = 0
     for key, value in records:
         kind, name, body = decode(key, value, where)
@@ -186,8 +397,27 @@ def apply_records(
                     f"model is {slice_identity(model)!r}: use another group_id (a changelog "
                     "of its own), or the model it was written with")
             continue
+        if kind == "bucket":
+            for token, value in body:
+                stats["token", token] = value
+                from_buckets.add(("token", token))
+            continue
+        if kind == "stat":
+            from_buckets.discard(name)
+        if kind == "run":
+            runs[name] = body
+            continue
         (stats if kind == "stat" else feedback)[name] = body
+    if from_buckets:
+        # A bucket record also lists the tokens its commit did not change: those the model
+        # already holds at that value are left out (setting them, and the global model's
+        # follow-up, costs ten times as much as reading the values to compare).
+        unchanged = list(from_buckets)
+        for key, value in zip(unchanged, _stat_values(model, unchanged), strict=True):
+            if value == stats[key]:
+                del stats[key]
     if stats:
+        _BUCKETS.pop(model, None)  # a writer's index is rebuilt from what the model holds
         if on_stat is not None:
             on_stat({key: (model.stat_value(key), value) for key, value in stats.items()})
         try:
@@ -203,4 +433,10 @@ def apply_records(
             x_json = orjson.dumps(body["x"], option=orjson.OPT_SERIALIZE_NUMPY)
             store.put(msg_id, Entry(slice_key, body["label"], x_json, body["seq"],
                                     body.get("clock")))
+        dumps, numpy = orjson.dumps, orjson.OPT_SERIALIZE_NUMPY
+        for run, body in runs.items():
+            store.put_run(run, None if body is None else [
+                (msg_id, Entry(slice_key, label, dumps(x, option=numpy), seq,
+                               clock[0] if clock else None, run))
+                for msg_id, label, seq, x, *clock in body])
     return count

@@ -8,7 +8,15 @@ from __future__ import annotations
 import logging
 import time
 
-from streamnb.daemon.changelog import changed_records, slice_record
+import orjson
+
+from streamnb.daemon.changelog import (
+    FORMAT_VERSION,
+    TOKEN_BUCKETS,
+    changed_records,
+    no_cyclic_gc,
+    slice_record,
+)
 from streamnb.daemon.partitions import slice_key, tp_of
 
 __all__ = ["Committer"]
@@ -27,8 +35,9 @@ class Committer:
            Their predictions and dead letters were sent into the open transaction as they
            were made.
         2. For each owned slice, the record of every key changed since the last commit (its
-           full current value, or a tombstone) and of every feedback entry remembered,
-           relabelled or evicted goes to the slice's changelog partition, in the transaction
+           full current value, or a tombstone; tokens grouped in bucket records where most
+           of a bucket changed) and of every feedback run an entry joined, left or was
+           relabelled in goes to the slice's changelog partition, in the transaction
            (with, the first time after taking the slice over, the record of what its counts
            are: model kind and counting options). With ``model.max_tokens``, a slice over
            the budget first expires tokens (``Partitions.expire``): their tombstones are
@@ -53,25 +62,11 @@ class Committer:
             started = time.perf_counter()
             # Step 1: nothing to do here; process() applies records whole, under the lock.
             owned = self.parts.owned
-            size = 0
-            n_records = 0
-            identified = []
-            expired = 0
+            identified: list = []
             try:
-                # Step 2
-                for key, part in owned.items():
-                    topic, partition = self.io.changelog_of(tp_of(key))
-                    if self.max_tokens:  # token expiry: its tombstones join this commit
-                        expired += self.parts.expire(key, self.max_tokens,
-                                                     self.settings.model.expiry_keep())
-                    records = changed_records(part.model, part.store)
-                    if records and not part.identified:
-                        records.append(slice_record(part.model))
-                        identified.append(part)
-                    for record_key, value in records:
-                        self.io.send(topic, record_key, value, partition=partition)
-                        size += len(record_key) + (len(value) if value is not None else 0)
-                        n_records += 1
+                # Step 2 (with the cyclic collector off: see changelog.no_cyclic_gc)
+                with no_cyclic_gc():
+                    n_records, size, expired = self._send_changes(owned, identified)
                 # Step 3 and Step 4 (KafkaIO.commit: send_offsets_to_transaction, then
                 # commit_transaction, each under the watchdog)
                 offsets = {tp_of(k): self.offsets[k] for k in owned if k in self.offsets}
@@ -115,6 +110,31 @@ class Committer:
                 "offsets": {slice_key(tp): off for tp, off in offsets.items()},
             },
         )
+
+    def _send_changes(self, owned: dict, identified: list) -> tuple[int, int, int]:
+        """Step 2: each owned slice's changed records into the transaction. Returns the
+        records sent, their bytes and the tokens expired; ``identified`` gets the slices
+        whose identity record went with them."""
+        size = n_records = expired = 0
+        for key, part in owned.items():
+            topic, partition = self.io.changelog_of(tp_of(key))
+            if self.max_tokens:  # token expiry: its tombstones join this commit
+                expired += self.parts.expire(key, self.max_tokens,
+                                             self.settings.model.expiry_keep())
+            records = changed_records(part.model, part.store, self._bucket_room(topic))
+            if records and not part.identified:
+                records.append(slice_record(part.model))
+                identified.append(part)
+            send = self.io.send
+            for record_key, value in records:
+                send(topic, record_key, value, partition=partition)
+                size += len(record_key) + (len(value) if value is not None else 0)
+            n_records += len(records)
+        return n_records, size, expired
+
+    def _bucket_room(self, topic: str) -> int:
+        """The value bytes a token bucket record may carry to changelog ``topic``."""
+        return self.io.room(topic, orjson.dumps([FORMAT_VERSION, "tokens", TOKEN_BUCKETS]))
 
     def checkpoint_due(self) -> bool:
         if not self.pending:

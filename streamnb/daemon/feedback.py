@@ -5,8 +5,16 @@ For each recent message id it keeps the model input (compact JSON bytes), the in
 message was unlabelled and no feedback has come yet). That last field is what makes feedback
 idempotent: a label equal to the current one is a duplicate and changes nothing, a different
 one is a correction (unlearn the old, learn the new). Replaying feedback after a crash is then
-safe, because the store is committed together with the model and the offsets (each entry is a
-changelog record keyed by the message id, see :mod:`streamnb.daemon.changelog`).
+safe, because the store is committed together with the model and the offsets (see
+:mod:`streamnb.daemon.changelog`).
+
+In the changelog, entries travel in **runs**: consecutive arrivals, up to ``RUN_ENTRIES``
+entries and ``run_max_bytes`` of record value, each run one record keyed by its first entry's
+arrival number. A message joins the run of the newest entry while it has room, else starts
+one; a change to an entry (its label, its eviction, the id remembered again) rewrites its
+run. A commit of N new messages thus writes about N / ``RUN_ENTRIES`` records instead of N.
+The run of every entry is part of the store's state, read back from the records, so a store
+restored from its changelog groups the next messages exactly as the live one.
 
 The store is bounded by a number of ids and a number of bytes; the oldest messages (by arrival)
 are forgotten first. Feedback for a forgotten (or never seen) id cannot be learned: the daemon
@@ -38,6 +46,19 @@ __all__ = ["Entry", "FeedbackStore", "decide"]
 
 # Dict and bookkeeping overhead per entry, so max_bytes bounds real memory, not just payloads.
 ENTRY_OVERHEAD = 200
+#: Entries of one run record at most, and its value's bytes at most (a relabel rewrites its
+#: run: these bound what one feedback record costs to commit).
+RUN_ENTRIES = 128
+RUN_BYTES = 128 * 1024
+# An entry's JSON in a run record, besides its id, label and input (and learn clock): brackets,
+# commas and an arrival number of up to 20 digits.
+_ENTRY_JSON_OVERHEAD = 26
+
+
+def entry_cost(msg_id: str, label: str | None, x_json: bytes, clock: int | None = None) -> int:
+    """An upper bound of the bytes an entry takes in a run record's value."""
+    return (len(x_json) + len(orjson.dumps(msg_id)) + len(orjson.dumps(label))
+            + _ENTRY_JSON_OVERHEAD + (0 if clock is None else 1 + len(str(clock))))
 
 
 @dataclass(slots=True)
@@ -50,6 +71,9 @@ class Entry:
     #: With decay (model.half_life_messages): the slice clock its label was learned at, so a
     #: correction removes what is left of that weight; None without decay or before a label.
     clock: int | None = None
+    #: The run (changelog record) it belongs to: None for an entry read from a record of its
+    #: own (the changelog's earlier layout), which keeps that record.
+    run: int | None = None
 
     @property
     def x(self) -> Any:
@@ -76,14 +100,23 @@ def _exact(data: bytes) -> bytes:
 class FeedbackStore:
     """Recent messages by id, bounded by ``max_ids`` and ``max_bytes``, oldest evicted first."""
 
-    def __init__(self, max_ids: int = 100_000, max_bytes: int = 64 * 1024 * 1024):
+    def __init__(self, max_ids: int = 100_000, max_bytes: int = 64 * 1024 * 1024,
+                 run_max_bytes: int = RUN_BYTES):
         self.max_ids = max_ids
         self.max_bytes = max_bytes
+        #: The largest run record value the store makes by grouping (an entry larger than
+        #: that is a run of its own).
+        self.run_max_bytes = min(run_max_bytes, RUN_BYTES)
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self.nbytes = 0
         self.evicted = 0
         self._next_seq = 0
-        # Ids remembered, relabelled or evicted since mark_changes() (None: not tracked).
+        # run -> its entries' ids (in the order they joined) and its record's bytes (bound)
+        self._runs: dict[int, dict[str, None]] = {}
+        self._run_bytes: dict[int, int] = {}
+        # Runs changed since mark_changes(), and ids of entries with records of their own
+        # (run None) changed since (None: not tracked).
+        self._changed_runs: set[int] | None = None
         self._changed: set[str] | None = None
         self._unordered = False  # put() added an entry older than the newest
         # One str per slice key, shared by its entries (the daemon names each record's slice
@@ -119,23 +152,24 @@ class FeedbackStore:
         old = self._entries.pop(msg_id, None)
         if old is not None:
             self.nbytes -= self._size(msg_id, old)
+            self._leave_run(msg_id, old)
         slice_key = self._slice_names.setdefault(slice_key, slice_key)
-        entry = Entry(slice_key, label, x_json, self._next_seq, clock)
+        seq = self._next_seq
+        cost = entry_cost(msg_id, label, x_json, clock)
+        run = self._open_run(cost)
+        entry = Entry(slice_key, label, x_json, seq, clock, seq if run is None else run)
         self._next_seq += 1
         self._entries[msg_id] = entry
         self.nbytes += self._size(msg_id, entry)
-        changed = self._changed
-        if changed is not None:
-            changed.add(msg_id)
+        self._join_run(msg_id, entry.run, cost)
         evicted = 0
         while len(self._entries) > 1 and (
             len(self._entries) > self.max_ids or self.nbytes > self.max_bytes
         ):
             old_id, old_entry = self._entries.popitem(last=False)
             self.nbytes -= self._size(old_id, old_entry)
+            self._leave_run(old_id, old_entry)
             evicted += 1
-            if changed is not None:
-                changed.add(old_id)
         self.evicted += evicted
         return evicted
 
@@ -143,25 +177,105 @@ class FeedbackStore:
         """The label the model now holds for ``msg_id``; ``clock``, when given, the slice
         clock it was learned at (decay)."""
         entry = self._entries[msg_id]
-        entry.label = label
-        if clock is not None:
-            entry.clock = clock
-        if self._changed is not None:
-            self._changed.add(msg_id)
+        clock = entry.clock if clock is None else clock
+        run = entry.run
+        if run is not None:
+            grown = (entry_cost(msg_id, label, entry.x_json, clock)
+                     - entry_cost(msg_id, entry.label, entry.x_json, entry.clock))
+            if self._run_bytes[run] + grown <= self.run_max_bytes or len(self._runs[run]) == 1:
+                self._run_bytes[run] += grown
+            else:
+                # A longer label would push the run past its record's room: the entry moves
+                # to a run of its own (numbered like an arrival, so no run key repeats).
+                self._leave_run(msg_id, entry)
+                entry.run = self._next_seq
+                self._next_seq += 1
+                entry.label, entry.clock = label, clock
+                self._join_run(msg_id, entry.run, entry_cost(msg_id, label, entry.x_json, clock))
+                return
+        entry.label, entry.clock = label, clock
+        self._changed_entry(msg_id, entry)
+
+    # -------------------------------------------------------------- runs
+    def _open_run(self, cost: int) -> int | None:
+        """The run a new entry of ``cost`` bytes joins: the newest entry's, if it has room."""
+        if not self._entries:
+            return None
+        run = self._entries[next(reversed(self._entries))].run
+        if run is None or len(self._runs[run]) >= RUN_ENTRIES or (
+                self._run_bytes[run] + cost > self.run_max_bytes):
+            return None
+        return run
+
+    def _join_run(self, msg_id: str, run: int, cost: int) -> None:
+        members = self._runs.get(run)
+        if members is None:
+            members = self._runs[run] = {}
+            self._run_bytes[run] = 2  # the list's brackets
+        members[msg_id] = None
+        self._run_bytes[run] += cost + 1  # and its comma
+        if self._changed_runs is not None:
+            self._changed_runs.add(run)
+
+    def _leave_run(self, msg_id: str, entry: Entry) -> None:
+        run = entry.run
+        if run is None:
+            if self._changed is not None:
+                self._changed.add(msg_id)
+            return
+        members = self._runs[run]
+        del members[msg_id]
+        if members:
+            self._run_bytes[run] -= entry_cost(msg_id, entry.label, entry.x_json,
+                                               entry.clock) + 1
+        else:
+            del self._runs[run], self._run_bytes[run]
+        if self._changed_runs is not None:
+            self._changed_runs.add(run)
+
+    def _changed_entry(self, msg_id: str, entry: Entry) -> None:
+        if entry.run is None:
+            if self._changed is not None:
+                self._changed.add(msg_id)
+        elif self._changed_runs is not None:
+            self._changed_runs.add(entry.run)
+
+    def run_entries(self, run: int) -> list[tuple[str, Entry]]:
+        """The entries of ``run``, oldest first (none: the run is gone)."""
+        entries = self._entries
+        return [(msg_id, entries[msg_id]) for msg_id in self._runs.get(run, ())]
+
+    def runs(self) -> list[int]:
+        return sorted(self._runs)
+
+    def put_run(self, run: int, items: list[tuple[str, Entry]] | None) -> None:
+        """Set ``run`` as its changelog record says (None: the run is gone): its entries
+        not listed leave the store, the listed ones are put (see :meth:`put`)."""
+        listed = {msg_id for msg_id, _ in items or ()}
+        for msg_id in [i for i in self._runs.get(run, ()) if i not in listed]:
+            self.put(msg_id, None)
+        for msg_id, entry in items or ():
+            entry.run = run
+            self.put(msg_id, entry)
 
     # -------------------------------------------------------------- changelog
     def mark_changes(self) -> None:
-        """Start (or restart) remembering which ids change (see :meth:`changed_ids`)."""
+        """Start (or restart) remembering which runs change (see :meth:`changed_runs`)."""
         self._changed = set()
+        self._changed_runs = set()
+
+    def changed_runs(self) -> list[int]:
+        """Runs an entry joined, left or was relabelled in since :meth:`mark_changes`."""
+        if self._changed_runs is None:
+            raise RuntimeError("changed_runs() before mark_changes(): nothing is tracked")
+        return sorted(self._changed_runs)
 
     def changed_ids(self) -> list[str]:
-        """Ids remembered, relabelled or evicted since :meth:`mark_changes`, in arrival order
-        of the entries still held, then the evicted ones (absent now)."""
+        """Ids of entries with records of their own (see :class:`Entry`) relabelled, evicted
+        or remembered again since :meth:`mark_changes`."""
         if self._changed is None:
             raise RuntimeError("changed_ids() before mark_changes(): nothing is tracked")
-        entries = self._entries
-        held = sorted((i for i in self._changed if i in entries), key=lambda i: entries[i].seq)
-        return held + sorted(i for i in self._changed if i not in entries)
+        return sorted(self._changed)
 
     def put(self, msg_id: str, entry: Entry | None) -> None:
         """Set ``msg_id``'s entry as its changelog record says (None: delete it), without
@@ -170,6 +284,7 @@ class FeedbackStore:
         old = self._entries.pop(msg_id, None) if entry is None else self._entries.get(msg_id)
         if old is not None:
             self.nbytes -= self._size(msg_id, old)
+            self._leave_run(msg_id, old)
         if entry is None:
             return
         if (entry.seq < self._next_seq) if old is None else (entry.seq != old.seq):
@@ -177,8 +292,12 @@ class FeedbackStore:
         entry.x_json = _exact(entry.x_json)  # see remember()
         self._entries[msg_id] = entry
         self.nbytes += self._size(msg_id, entry)
-        self._next_seq = max(self._next_seq, entry.seq + 1)
-        if self._changed is not None:
+        # (a run's number may be one no entry has: see set_label)
+        self._next_seq = max(self._next_seq, entry.seq + 1, (entry.run or 0) + 1)
+        if entry.run is not None:
+            self._join_run(msg_id, entry.run,
+                           entry_cost(msg_id, entry.label, entry.x_json, entry.clock))
+        elif self._changed is not None:
             self._changed.add(msg_id)
 
     def order_by_arrival(self) -> None:

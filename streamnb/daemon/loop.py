@@ -45,7 +45,7 @@ from streamnb.daemon.feedback import FeedbackStore
 from streamnb.daemon.partitions import TP, Partitions, slice_key
 from streamnb.daemon.partitions import tp_of as _tp
 from streamnb.daemon.prepare import InProcessPreparer
-from streamnb.daemon.processor import RecordProcessor
+from streamnb.daemon.processor import LABEL_ROOM, RecordProcessor
 from streamnb.daemon.watchdog import STALLED_EXIT_CODE, Watchdog
 from streamnb.logs import configure_logging
 
@@ -129,7 +129,9 @@ class Daemon(RecordProcessor, Committer):
         self.max_tokens = settings.model.max_tokens
         self.parts = Partitions(
             self._new_slice_model if self.max_tokens else new_model,
-            lambda key: FeedbackStore(feedback.max_ids, feedback.max_bytes), new_live=new_model)
+            lambda key: FeedbackStore(feedback.max_ids, feedback.max_bytes,
+                                      self._run_room(key) - LABEL_ROOM),
+            new_live=new_model)
         self.offsets: dict[str, int] = {}  # owned key -> next offset processed
 
         self.lock = threading.RLock()

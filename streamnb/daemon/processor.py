@@ -16,11 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from streamnb.codec import Feedback, encode
-from streamnb.daemon.changelog import FORMAT_VERSION
-from streamnb.daemon.feedback import FeedbackStore, decide
+from streamnb.daemon.changelog import run_key
+from streamnb.daemon.feedback import FeedbackStore, decide, entry_cost
 from streamnb.daemon.outputs import fit_dead_letter
 from streamnb.daemon.partitions import slice_key, tp_of
 from streamnb.daemon.prepare import (
@@ -37,8 +35,9 @@ log = logging.getLogger("streamnb.daemon")
 
 # Dead letters of one reason logged individually before the log only counts them.
 DEAD_LETTER_LOG_FIRST = 10
-# What a feedback entry's changelog value holds besides the model input: label, sequence.
-ENTRY_OVERHEAD_BYTES = 64
+# Room left in a feedback entry's changelog record for a label (and brackets) it may get, and
+# with decay the clock it is learned at (up to 21 bytes).
+LABEL_ROOM = 96
 
 
 @dataclass(slots=True)
@@ -323,17 +322,22 @@ class RecordProcessor:
         return clock
 
     def _fits_state(self, key: str, msg_id: str, x_json: bytes, label: str | None) -> bool:
-        """Whether the message's feedback entry fits one record of its changelog partition:
-        one that does not would fail the commit's transaction at every restart."""
+        """Whether the message's feedback entry fits one record of its changelog partition
+        (a run of its own, see :mod:`streamnb.daemon.feedback`): one that does not would fail
+        the commit's transaction at every restart. The label it may get later is allowed
+        ``LABEL_ROOM`` bytes."""
+        if (len(x_json) + 6 * (len(msg_id) + len(label or "")) + LABEL_ROOM
+                < self._store(key).run_max_bytes):
+            return True  # the usual case, far from the limit
+        return entry_cost(msg_id, label, x_json) + LABEL_ROOM <= self._run_room(key)
+
+    def _run_room(self, key: str) -> int:
+        """The value bytes a feedback run record may carry to the changelog of ``key``."""
         topic = self.io.changelog_of(tp_of(key))[0]
         room = self._changelog_room.get(topic)
-        if room is None:  # what a record with a short key may carry there
-            room = self._changelog_room[topic] = self.io.room(topic, b"x" * 64, None)
-        value_bytes = len(x_json) + len(label or "") + ENTRY_OVERHEAD_BYTES
-        if len(msg_id) + value_bytes < room // 2:
-            return True  # the usual case, far from the limit: no need to measure the key
-        record_key = orjson.dumps([FORMAT_VERSION, "feedback", msg_id])
-        return value_bytes <= self.io.room(topic, record_key, None)
+        if room is None:
+            room = self._changelog_room[topic] = self.io.room(topic, run_key(2**63), None)
+        return room
 
     def _emit(self, msg_id: str, predicted, proba: dict, record, started: float,
               model_updates: int | None = None, x: Any = None) -> None:

@@ -75,7 +75,9 @@ def compact(log):
 
 
 def same_store(a: FeedbackStore, b: FeedbackStore) -> bool:
-    return orjson.dumps(a.to_state()["entries"]) == orjson.dumps(b.to_state()["entries"])
+    """The same entries, in the same order, grouped in the same changelog runs."""
+    return (orjson.dumps(a.to_state()["entries"]) == orjson.dumps(b.to_state()["entries"])
+            and [e.run for _, e in a.items()] == [e.run for _, e in b.items()])
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -209,7 +211,181 @@ def test_a_commit_holds_its_records_at_about_their_length():
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert len(records) == 5000 + 10 + 1 + 500
+    assert sum(value is None for _, value in records) >= 5010  # a tombstone per token
     payload = sum(len(key) + len(value or b"") for key, value in records) / len(records)
     per_record = held / len(records)  # the payload, the bytes and tuple headers, the list
     assert per_record < payload + 250, f"{per_record:.0f} bytes held per record"
+# ---------------------------------------------------------------- token bucket records
+# Layouts that force every way a commit writes tokens: (buckets, amplification, the largest
+# bucket record). The shipped one writes small buckets whole; amplification 0 writes a bucket
+# whole only when a token of it loses its counts; a tiny record limit dissolves buckets.
+LAYOUTS = [(1024, 4, 1_000_000), (2, 0, 1_000_000), (1, 1, 60), (3, 2, 200), (1, 1, 10_000)]
+EXPIRING_EVENT = st.one_of(
+    EVENT, st.tuples(st.just("expire"), st.integers(0, 5), st.just(None), st.just(None)))
+EXPIRING_COMMITS = st.lists(st.lists(EXPIRING_EVENT, max_size=8), max_size=8)
+
+
+def expiring_model(kind):
+    model = make_model(kind)
+    model.track_last_seen()
+    return model
+
+
+def run_expiring(model, store, event) -> None:
+    """:func:`run`, with token expiry (what ``Partitions.expire`` and ``Partitions.learn`` do
+    to an owned slice)."""
+    kind, msg_id, x, label = event
+    if kind == "expire":
+        model.expire(msg_id, msg_id)
+        return
+    entry = store.get(msg_id)
+    if kind == "feedback" and entry is not None and decide(entry, label) == "relabelled":
+        model.unlearn_one(model.unlearnable_part(entry.x, entry.label), entry.label)
+        model.learn_one(entry.x, label)
+        store.set_label(msg_id, label)
+        return
+    run(model, store, event)
+
+
+def expiring_log(kind, commits, max_value_bytes):
+    model, store = expiring_model(kind), FeedbackStore(max_ids=5)
+    model.mark_changes()
+    store.mark_changes()
+    log = []
+    for events in commits:
+        for event in events:
+            run_expiring(model, store, event)
+        log.extend(changed_records(model, store, max_value_bytes))
+        model.mark_changes()
+        store.mark_changes()
+    return model, store, log
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("kind", KINDS)
+@given(commits=EXPIRING_COMMITS, drop_tombstones=st.booleans(), split=st.integers(0, 100))
+@settings(max_examples=60, deadline=None)
+def test_token_records_in_buckets_restore_exactly_after_compaction(
+        layout, kind, commits, drop_tombstones, split):
+    """Whatever mix of bucket records, own records, tombstones and dissolved buckets the
+    commits wrote (expiry removing tokens in between), the compacted log restores the live
+    slice, and a reader that replays a prefix again ends up the same."""
+    import streamnb.daemon.changelog as changelog
+
+    n_buckets, amplification, max_value_bytes = layout
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(changelog, "TOKEN_BUCKETS", n_buckets)
+        patch.setattr(changelog, "BUCKET_AMPLIFICATION", amplification)
+        model, store, log = expiring_log(kind, commits, max_value_bytes)
+        compacted = compact(log)
+        if drop_tombstones:
+            compacted = [(k, v) for k, v in compacted if v is not None]
+        restored = expiring_model(kind)
+        apply_records(restored, FeedbackStore(max_ids=5), "in:0", compacted)
+        assert restored.to_state() == model.to_state()
+        replayed = expiring_model(kind)
+        cut = split % (len(log) + 1)
+        apply_records(replayed, FeedbackStore(max_ids=5), "in:0", log[:cut])
+        apply_records(replayed, FeedbackStore(max_ids=5), "in:0", log)
+        assert replayed.to_state() == model.to_state()
+        # the restored slice, now an owner, writes records that keep the log exact
+        restored.mark_changes()
+        restored_store = FeedbackStore()
+        restored_store.mark_changes()
+        more = [("message", "n1", {"win": 1, "new": 2}, "ham"), ("expire", 2, None, None)]
+        for event in more:
+            run_expiring(model, store, event)
+            run_expiring(restored, restored_store, event)
+        log = compact(log + changed_records(restored, restored_store, max_value_bytes))
+        again = expiring_model(kind)
+        apply_records(again, FeedbackStore(), "in:0", log)
+        assert again.to_state() == model.to_state()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(messages=st.lists(st.tuples(MESSAGE, LABEL), max_size=12), expired=st.integers(0, 6))
+@settings(max_examples=60, deadline=None)
+def test_stat_values_in_bulk_equal_one_by_one(kind, messages, expired):
+    for model in (make_model(kind), expiring_model(kind)):
+        for x, label in messages:
+            model.learn_one(x, label)
+        if model.tracks_last_seen:
+            model.expire(expired, expired)
+        keys = [*model.stat_keys(), ("token", "never-seen"), ("totals",)]
+        assert model.stat_values(keys) == [model.stat_value(key) for key in keys]
+
+
+def test_a_commit_of_few_changes_in_a_large_vocabulary_writes_each_token_alone():
+    model = make_model("multinomial")
+    model.learn_one({f"w{i}": 1 for i in range(20_000)}, "ham")
+    model.mark_changes()
+    model.learn_one({"w1": 1, "w2": 1, "fresh": 1}, "spam")
+    store = FeedbackStore()
+    store.mark_changes()
+    kinds = [orjson.loads(key)[1] for key, _ in changed_records(model, store)]
+    assert sorted(kinds) == ["token", "token", "token", "totals"]
+    # and the whole slice is one record per bucket
+    whole = [orjson.loads(key)[1] for key, _ in all_records(model, FeedbackStore())]
+    assert whole.count("tokens") == 1024 and "token" not in whole
+
+
+def test_a_token_that_loses_its_counts_is_not_brought_back_by_an_older_bucket_record():
+    """Its bucket was written whole, then later commits wrote tokens alone; when the token
+    expires, the bucket is written again without it (a tombstone alone would leave the older
+    bucket record listing it once compaction drops the tombstone)."""
+    import streamnb.daemon.changelog as changelog
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(changelog, "TOKEN_BUCKETS", 1)
+        patch.setattr(changelog, "BUCKET_AMPLIFICATION", 1)
+        commits = [[("message", "m1", {"a": 1, "b": 1}, "ham")],
+                   [("message", "m2", {"c": 1, "d": 1, "e": 1}, "spam")],
+                   [("expire", 4, None, None)]]
+        model, _, log = expiring_log("multinomial", commits, 10_000)
+        assert model.vocabulary_size == 4
+        survivors = [(k, v) for k, v in compact(log) if v is not None]
+        restored = expiring_model("multinomial")
+        apply_records(restored, FeedbackStore(), "in:0", survivors)
+        assert restored.to_state() == model.to_state()
+
+
+def test_feedback_entries_travel_in_runs_of_consecutive_arrivals():
+    store = FeedbackStore(run_max_bytes=2000)
+    store.mark_changes()
+    for i in range(300):
+        store.remember(f"m{i}", "in:0", {"w": 1}, None)
+    model = make_model("multinomial")
+    model.mark_changes()
+    records = changed_records(model, store)
+    # 300 short entries (41 bytes at most each) in runs of at most 128 entries and 2000 bytes
+    assert 300 / 128 <= len(records) <= 300 / 40
+    assert all(len(value) <= 2000 for _, value in records)
+    restored = FeedbackStore(run_max_bytes=2000)
+    apply_records(make_model("multinomial"), restored, "in:0", records)
+    assert same_store(restored, store)
+
+
+def test_a_changelog_with_a_record_per_entry_is_read_and_rewritten_into_runs():
+    """The layout before runs (a record per entry, keyed by id) is read, and an entry of it
+    that changes is tombstoned under its own key, so the compacted log stays exact."""
+    from streamnb.daemon.changelog import _feedback_record
+    from streamnb.daemon.feedback import Entry
+
+    model = make_model("multinomial")
+    model.learn_one({"win": 1}, "spam")
+    old = [_feedback_record(f"m{i}", Entry("in:0", "spam" if i else None, b'{"win":1}', i))
+           for i in range(4)]
+    log = [*all_records(model, FeedbackStore()), *old]
+    live, store = make_model("multinomial"), FeedbackStore(max_ids=4)
+    apply_records(live, store, "in:0", log)
+    live.mark_changes()
+    store.mark_changes()
+    run(live, store, ("feedback", "m0", None, "ham"))  # learned: m0's own record rewritten
+    run(live, store, ("message", "m9", {"cash": 1}, "spam"))  # evicts m1 (tombstone)
+    log += changed_records(live, store)
+    for records in (log, [(k, v) for k, v in compact(log) if v is not None]):
+        restored, restored_store = make_model("multinomial"), FeedbackStore(max_ids=4)
+        apply_records(restored, restored_store, "in:0", records)
+        restored_store.order_by_arrival()
+        assert restored.to_state() == live.to_state()
+        assert same_store(restored_store, store)

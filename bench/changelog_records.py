@@ -1,0 +1,59 @@
+"""How many changelog records a stream's commits make, their bytes and the CPU to make them.
+
+    python -m bench.changelog_records spamassassin 1000 [--amplification 8]
+
+The stream (``sms`` or ``spamassassin``, featurized as the daemon does) is learned by the
+daemon benchmark's model (MultinomialNB, tuned mail options) and remembered in a feedback
+store; after every N messages (a commit) ``changed_records`` makes the commit's records, as
+the daemon's commit does, without a broker. It uses only the changelog's public functions, so
+the same command in a checkout of an earlier changelog layout measures that one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import streamnb.daemon.changelog as changelog  # noqa: E402
+from bench.bench_daemon import MAIL_OPTIONS, _featurized_stream  # noqa: E402
+from streamnb.daemon.feedback import FeedbackStore  # noqa: E402
+from streamnb.models import MultinomialNB  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("stream", choices=["sms", "spamassassin"])
+    parser.add_argument("every", type=int, help="messages per commit")
+    parser.add_argument("--amplification", type=int,
+                        help="changelog.BUCKET_AMPLIFICATION for this run")
+    args = parser.parse_args()
+    if args.amplification is not None:
+        changelog.BUCKET_AMPLIFICATION = args.amplification
+    stream = _featurized_stream(args.stream)
+    model, store = MultinomialNB(**MAIL_OPTIONS), FeedbackStore()
+    model.mark_changes()
+    store.mark_changes()
+    cpu = 0.0
+    n_records = n_bytes = 0
+    for i, (x, label) in enumerate(stream):
+        if label is not None:
+            model.learn_one(x, label)
+        store.remember(str(i), "in:0", x, label)
+        if (i + 1) % args.every == 0 or i == len(stream) - 1:
+            started = time.process_time()
+            records = changelog.changed_records(model, store)
+            cpu += time.process_time() - started
+            n_records += len(records)
+            n_bytes += sum(len(key) + len(value or b"") for key, value in records)
+            model.mark_changes()
+            store.mark_changes()
+    print(f"{args.stream}, commits of {args.every}: {n_records} records, "
+          f"{n_bytes / 1e6:.1f} MB, making them {cpu:.2f} s CPU")
+
+
+if __name__ == "__main__":
+    main()
