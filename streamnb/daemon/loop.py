@@ -369,7 +369,9 @@ class Daemon(RecordProcessor, Committer):
         asks the group coordinator."""
         with self.lock:
             new, self._newly_assigned = self._newly_assigned, []
-        for tp in new:
+        # Two rebalances before the loop comes here (a join that settles in two rounds) list
+        # a partition twice: report it once.
+        for tp in dict.fromkeys(new):
             committed = self.io.committed(tp)
             key = slice_key(tp)
             if committed is None:
