@@ -36,14 +36,13 @@ SHAPE_CHARS = 60
 
 # A field line and its folded continuation lines (the reader's own rule for "every field").
 _FIELD_RE = re.compile(rb"^([!-9;-~]+)[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)", re.M)
-# Each byte as its class (letter a, digit 0, 8-bit h, white space), then runs made one: two
-# C-level passes instead of a Python call per run.
+# Each byte as its class (letter a, digit 0, 8-bit h, white space), then runs made one
+# (:func:`_runs_made_one`): C-level passes instead of a Python call per run.
 _CLASSES = bytes(
     ord("a") if chr(b).isascii() and chr(b).isalpha() else ord("0") if 48 <= b <= 57
     else ord("h") if b >= 0x80 else ord(" ") if chr(b) in " \t\n\r\x0b\x0c" else b
     for b in range(256)
 )
-_REPEATS_RE = re.compile(rb"(?<=a)a+|(?<=0)0+|(?<=h)h+|(?<= ) +")
 # Bytes of a value shaped: enough for SHAPE_CHARS characters of shape in all but odd values.
 _SHAPED_BYTES = 4 * SHAPE_CHARS
 
@@ -81,8 +80,8 @@ def value_shape(value: bytes) -> str:
     >>> value_shape("\u5f20\u4e09 <z@a.cn>".encode("gb18030"))
     'h <a@a.a>'
     """
-    shape = _REPEATS_RE.sub(b"", value[:_SHAPED_BYTES].strip().translate(_CLASSES))
-    return shape[:SHAPE_CHARS].decode("ascii", "replace")
+    shape = _runs_made_one(value[:_SHAPED_BYTES].strip().translate(_CLASSES))
+    return shape[:SHAPE_CHARS].decode("ascii")  # ASCII by construction: 8-bit bytes became h
 
 
 def header_shape_tokens(block: bytes) -> list[str]:
@@ -91,7 +90,7 @@ def header_shape_tokens(block: bytes) -> list[str]:
 
 
 # Runs of one class made one character: a literal substitution per class, and split/join for
-# the spaces, take a third of the time of one alternation with look-behinds.
+# the spaces, take a third of the time of one regex alternation with look-behinds.
 _RUNS = tuple((re.compile(c + c + b"+"), c) for c in (b"a", b"0", b"h"))
 
 
@@ -110,7 +109,7 @@ def _shape_tokens(fields: list[tuple[bytes, bytes]]) -> list[str]:
     values = [value[:_SHAPED_BYTES].strip() for _, value in fields]
     shapes = _runs_made_one(b"\0".join(values).translate(_CLASSES)).decode("ascii").split("\0")
     if len(shapes) != len(values):
-        shapes = [_runs_made_one(value.translate(_CLASSES)).decode("ascii") for value in values]
+        shapes = [value_shape(value) for _, value in fields]
     return [_shape_prefix(name) + shape[:SHAPE_CHARS]
             for (name, _), shape in zip(fields, shapes, strict=True)]
 

@@ -161,3 +161,32 @@ def test_merge_and_unlearn_stay_exact_with_layout_tokens(options, a, b, probe):
     one_stream.learn_one(x, "spam")
     one_stream.unlearn_one(x, "spam")
     assert one_stream.to_state() == before
+
+
+def shaped_by_hand(value: bytes) -> str:
+    """The shape rule, one byte at a time: a run of letters, digits, 8-bit bytes or white
+    space is one character; every other byte is itself."""
+    out: list[str] = []
+    for byte in value[: 4 * SHAPE_CHARS].strip():
+        char = chr(byte)
+        kind = ("a" if char.isascii() and char.isalpha() else "0" if char.isdigit() and byte < 128
+                else "h" if byte >= 0x80 else " " if char in " \t\n\r\x0b\x0c" else char)
+        if not (kind in "a0h " and out and out[-1] == kind):
+            out.append(kind)
+    return "".join(out)[:SHAPE_CHARS]
+
+
+field_values = st.binary(max_size=300).map(lambda v: v.replace(b"\n", b" ").replace(b"\r", b" "))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([b"From", b"To", b"X-A"]), field_values), max_size=8))
+def test_the_shapes_of_a_block_are_each_value_shaped_alone(fields):
+    # The values are shaped together (joined by NUL) for speed: NUL bytes, 8-bit bytes, runs of
+    # white space and long values must come out as the byte-by-byte rule gives for each.
+    block = b"".join(name + b": " + value + b"\n" for name, value in fields)
+    values = [value.lstrip(b" \t") for _, value in fields]  # the reader's field rule
+    assert header_shape_tokens(block) == [
+        f"shape:{name.decode().lower()}:{shaped_by_hand(value)}"
+        for (name, _), value in zip(fields, values, strict=True)]
+    assert [value_shape(value) for value in values] == [shaped_by_hand(v) for v in values]
