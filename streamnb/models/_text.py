@@ -418,16 +418,20 @@ class TextModel(KeyedTextStatistics, Model):
                 self._nnz[became] = before + 1
                 self._vocab += int(np.count_nonzero(before == 0))
         else:
-            self._n_negative += int(np.count_nonzero(new < 0)) - int(np.count_nonzero(old < 0))
-            changed = (old == 0) != (new == 0)
-            if changed.any():
-                changed_rows = rows[changed]
-                before = self._nnz[changed_rows]
-                after = before + np.where(new[changed] != 0, 1, -1)
-                self._nnz[changed_rows] = after
-                self._vocab += int(np.count_nonzero(before == 0)) - int(
-                    np.count_nonzero(after == 0))
+            self._note_status_changes(rows, old, new)
         self._after_update(column, old, new)
+
+    def _note_status_changes(self, rows: np.ndarray, old: np.ndarray, new: np.ndarray) -> None:
+        """Keep the count of negative counts, each row's number of non-zero classes and the
+        vocabulary in step with ``rows``' counts going from ``old`` to ``new``."""
+        self._n_negative += int(np.count_nonzero(new < 0)) - int(np.count_nonzero(old < 0))
+        changed = (old == 0) != (new == 0)
+        if changed.any():
+            changed_rows = rows[changed]
+            before = self._nnz[changed_rows]
+            after = before + np.where(new[changed] != 0, 1, -1)
+            self._nnz[changed_rows] = after
+            self._vocab += int(np.count_nonzero(before == 0)) - int(np.count_nonzero(after == 0))
 
     def _after_update(self, column: int, old: np.ndarray, new: np.ndarray) -> None:
         pass
@@ -551,14 +555,7 @@ class TextModel(KeyedTextStatistics, Model):
         self._any_stale = True
         self._totals[column] = _decayed_sum(self._totals.item(column),
                                             sign * float(values.sum()))
-        self._n_negative += int(np.count_nonzero(new < 0)) - int(np.count_nonzero(old < 0))
-        changed = (old == 0) != (new == 0)
-        if changed.any():
-            changed_rows = rows[changed]
-            before = self._nnz[changed_rows]
-            after = before + np.where(new[changed] != 0, 1, -1)
-            self._nnz[changed_rows] = after
-            self._vocab += int(np.count_nonzero(before == 0)) - int(np.count_nonzero(after == 0))
+        self._note_status_changes(rows, old, new)
 
     # -- the short-message path ---------------------------------------------------------------
     def _short_counts(self, x: Any, learning: bool = False) -> dict | None:
