@@ -292,7 +292,7 @@ def no_cyclic_gc():
     """Python's cyclic collector off while a commit's records are made: they are hundreds of
     thousands of short-lived lists, floats and dicts (none in a cycle), and every few hundred
     of them the collector would walk the daemon's whole heap (the model, the store): making
-    SpamAssassin's records took ten times as long with it on."""
+    SpamAssassin's records took 3.25 s of CPU with it on against 2.03 s off."""
     enabled = gc.isenabled()
     gc.disable()
     try:
