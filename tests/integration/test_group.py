@@ -215,9 +215,9 @@ def test_many_daemons_one_model_exactly_once_with_kills_and_scaling(
 
     # No daemon read an input partition from its start after its first assignment: only the
     # first daemon started partitions (it held them all, and every one was committed before
-    # anyone else joined or was killed).
-    assert sorted(started_partitions(group.all[:1])) == sorted(
-        f"{topic}:{p}" for p in range(PARTITIONS))
+    # anyone else joined or was killed). The first may start one twice: a join that settles in
+    # two rebalances before its first commit starts it again, correctly, at start_offset.
+    assert set(started_partitions(group.all[:1])) == {f"{topic}:{p}" for p in range(PARTITIONS)}
     assert started_partitions(group.all[1:]) == []
     for daemon in group.live.values():
         daemon.terminate(timeout=30)
