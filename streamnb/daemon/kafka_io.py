@@ -105,6 +105,14 @@ def _tps(partitions: Iterable[TopicPartition]) -> list[TP]:
 
 # kafka-python's own batch size for the outputs, unless a topic accepts less.
 PRODUCER_BATCH_BYTES = 256 * 1024
+#: The transactional producer's retry_backoff_ms (kafka-python's default: 100). kafka-python
+#: sleeps this long before every retried transactional request, and looks a coordinator up
+#: after waiting as long: a new transaction's AddPartitionsToTxn or AddOffsetsToTxn that meets
+#: CONCURRENT_TRANSACTIONS (the previous commit's markers still being written, tens of ms)
+#: waited 100-270 ms, and every producer's first send_offsets_to_transaction 200 ms (the
+#: group coordinator's lookup, then its connection). The Java client retries these after
+#: 20 ms (ADD_PARTITIONS_RETRY_BACKOFF_MS).
+TRANSACTION_RETRY_BACKOFF_MS = 10
 # Kafka's default max.message.bytes (1 MiB + 12), for a topic whose limit cannot be read.
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1048588
 
@@ -173,6 +181,7 @@ def transactional_producer_config(settings: KafkaSettings, transactional_id: str
         "enable_idempotence": True,
         "transactional_id": transactional_id,
         "transaction_timeout_ms": settings.transaction_timeout_ms,
+        "retry_backoff_ms": TRANSACTION_RETRY_BACKOFF_MS,
     }
 
 
