@@ -29,8 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
@@ -65,9 +64,9 @@ log = logging.getLogger("streamnb.kafka")
 TP = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One input record, decoupled from kafka-python's types."""
+class Record(NamedTuple):
+    """One input record, decoupled from kafka-python's types (a named tuple: made for every
+    polled record, it costs a third of a frozen dataclass's 0.6 µs)."""
 
     topic: str
     partition: int

