@@ -90,15 +90,25 @@ class RecordProcessor:
         with self.lock:
             run: list[_NewMessage] = []
             run_ids: set[str] = set()
+            # Per partition of the batch, its slice key if owned (None: revoked while the
+            # batch was in flight, its new owner reads it) and whether it is scored in runs:
+            # neither changes while the lock is held.
+            partitions: dict[tuple[str, int], tuple[str | None, bool]] = {}
             for index, record in enumerate(records):
-                key = slice_key((record.topic, record.partition))
-                if key not in self.slices:
-                    continue  # revoked while the batch was in flight: its new owner reads it
+                tp = (record.topic, record.partition)
+                known = partitions.get(tp)
+                if known is None:
+                    key = slice_key(tp)
+                    known = partitions[tp] = ((key, self._batches(key)) if key in self.slices
+                                              else (None, False))
+                key, batches = known
+                if key is None:
+                    continue
                 started = time.perf_counter()
                 result = self._prepare(record) if prepared is None else prepared[index]
                 if result is not None and result[0] == MESSAGE and result[5]:
                     self._featurizer_noted(result[1], result[5])
-                if self._batches(key):
+                if batches:
                     new = self._read_new(record, key, result, run_ids, started)
                     if new is not None:
                         run.append(new)
