@@ -12,7 +12,10 @@
 2. Latency at a steady 1,000 msg/s: the SMS and the SpamAssassin records
    (``--latency-streams``) are produced at that rate to a running daemon (a
    ``python -m streamnb run`` subprocess); latency = prediction record timestamp - input
-   record timestamp (both CreateTime, same host clock), p50 and p99 over unlabelled messages.
+   record timestamp (both CreateTime, same host clock), p50 and p99 over unlabelled messages;
+   and produce->readable: when a ``read_committed`` reader (in a thread of the benchmark)
+   received the prediction - the input's CreateTime, which includes the wait for the
+   transaction's commit (``checkpoint.every_seconds``).
 3. Memory: peak RSS (``VmHWM``) of a daemon subprocess after it has consumed the whole
    SpamAssassin stream.
 4. ``--model-step``: CPU time of the model's prequential step (predict, then learn the
@@ -30,8 +33,9 @@
    ``--baseline DIR`` another, the daemon of another checkout (the code before a change, say).
 7. ``--floor``: the CPU per record of each stage any daemon built on these parts must run
    (the bare consumer's own, decode and featurize, the model step, the feedback store,
-   kafka-python's producer for the predictions), each timed on its own, and the best ratio
-   two cores could give with that work spread perfectly over them.
+   kafka-python's producer for the predictions, and the changelog records of the state's
+   commits, made and produced), each timed on its own, and the best ratio two cores could
+   give with that work spread perfectly over them.
 
 Streams: 80% of messages labelled, 20% unlabelled (so predictions are produced), in corpus
 order; SMS as ``text``, SpamAssassin as ``raw_b64`` (the original bytes). The daemon runs
@@ -187,6 +191,7 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
     import functools
 
     import streamnb.daemon as daemon_module
+    import streamnb.daemon.commit as commit_module
     import streamnb.daemon.prepare as prepare_module
     from streamnb.daemon.feedback import FeedbackStore
 
@@ -219,7 +224,8 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
                             ("tail_poll", "changelog reader poll")):
             timed(daemon.io, name, stage)
         for name, stage in (("process", "process (all of a batch)"), ("_learn", "learn"),
-                            ("checkpoint", "commit (the whole protocol)")):
+                            ("checkpoint", "commit (the whole protocol)"),
+                            ("_send_changes", "commit: changelog records made and sent")):
             timed(daemon, name, stage)
         timed(daemon.pipeline, "prepare", "featurize (in this process)")
         timed(daemon.preparer, "results", "wait for the prepared results")
@@ -231,6 +237,8 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
     globals()["build_daemon"] = build_timed
     restore.append((prepare_module, "decode", prepare_module.decode))
     timed(prepare_module, "decode", "decode JSON (in this process)")
+    restore.append((commit_module, "changed_records", commit_module.changed_records))
+    timed(commit_module, "changed_records", "commit: make the changelog records")
     timed(FeedbackStore, "encode_x", "feedback store: encode x")
     timed(MultinomialNB, "predict_proba_one", "predict, one message")  # the default model
     timed(MultinomialNB, "prequential_many", "model step, a run of messages")
@@ -261,19 +269,26 @@ def _cpu_per_record(step, items, rounds: int = 3) -> float:
 
 
 def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
-          bare_cpu: float) -> None:
+          bare_cpu: float, daemon_rate: float) -> None:
     """The CPU a record costs in the stages any daemon built on these parts must run, each
     measured on its own, and the best throughput ratio two cores could then give.
 
     A ratio r against the ceiling (the bare consumer's wall time per record, ``ceiling_us``,
     as measured by the throughput rounds, whose CPU per record is ``bare_cpu``) leaves a
     record ceiling_us / r of wall time. With the stages spread over both cores, perfectly,
-    no design on these parts can beat 2 x ceiling_us / (sum of the stages' CPU)."""
+    no design on these parts can beat 2 x ceiling_us / (sum of the stages' CPU).
+
+    The state's stage is what keeping it in Kafka costs: the changelog records of commits
+    as many messages apart as the daemon's commits were in the throughput rounds (one
+    ``checkpoint.every_seconds`` at its median rate ``daemon_rate``), made
+    (``changed_records``, with the default token budget's expiry) and produced in a
+    transaction each, as the commit protocol's steps 2 and 4 do."""
     from kafka import KafkaProducer
 
     from streamnb.codec import decode, encode
+    from streamnb.daemon.changelog import changed_records, no_cyclic_gc
     from streamnb.daemon.feedback import FeedbackStore
-    from streamnb.daemon.kafka_io import producer_config
+    from streamnb.daemon.kafka_io import producer_config, transactional_producer_config
     from streamnb.pipeline import build_pipeline
 
     settings = load_settings(text=settings_text(bootstrap, topic, Path("/nonexistent"), "floor"),
@@ -318,7 +333,51 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
         producer.flush()
         producer.close()
 
+    per_commit = max(1, min(n, round(daemon_rate * settings.checkpoint.every_seconds)))
+    x_jsons = [FeedbackStore.encode_x(x) for x in inputs]
+
+    def changelog_commits(items) -> float:
+        """CPU seconds of making and producing the changelog records of commits of
+        ``per_commit`` messages (learning and remembering them is not counted: the model
+        step's and the feedback store's stages are)."""
+        model = pipeline.model.__class__(**settings.model.options)
+        max_tokens, keep = settings.model.max_tokens, settings.model.expiry_keep()
+        if max_tokens:
+            model.track_last_seen()
+        store = FeedbackStore(settings.feedback.max_ids, settings.feedback.max_bytes)
+        model.mark_changes()
+        store.mark_changes()
+        producer = KafkaProducer(**transactional_producer_config(
+            settings.kafka, f"floor-{uuid.uuid4().hex[:8]}"))
+        producer.init_transactions()
+        changelog = f"{topic}-floor-changelog"
+        cpu = 0.0
+        try:
+            for i, (x, y) in enumerate(items):
+                if y is not None:
+                    model.learn_one(x, y)
+                store.remember(str(i), "in:0", x_jsons[i], y)
+                if (i + 1) % per_commit and i + 1 < len(items):
+                    continue
+                started = time.process_time()
+                with no_cyclic_gc():
+                    if max_tokens:
+                        model.expire(max_tokens, keep)
+                    records = changed_records(model, store)
+                    producer.begin_transaction()
+                    for key, value in records:
+                        producer.send(changelog, key=key, value=value, partition=0)
+                producer.commit_transaction()
+                cpu += time.process_time() - started
+                model.mark_changes()
+                store.mark_changes()
+        finally:
+            producer.close()
+        return cpu
+
     create_topics(bootstrap, {f"{topic}-floor": 1})
+    create_topics(bootstrap, {f"{topic}-floor-changelog": 1},
+                  {f"{topic}-floor-changelog": {"cleanup.policy": "compact"}})
     pairs = list(zip(inputs, labels, strict=True))
     stages = {
         "kafka-python consumer (the bare consumer)": bare_cpu,
@@ -327,6 +386,8 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
         "feedback store": _cpu_per_record(remember, pairs, rounds),
         f"kafka-python producer ({len(outputs)} predictions)":
             _cpu_per_record(produce_outputs, outputs, rounds) * len(outputs) / n,
+        f"changelog: make and produce (commits of {per_commit})": statistics.median(
+            changelog_commits(pairs) for _ in range(rounds)) / n * 1e6,
     }
     total = sum(stages.values())
     print(f"floor over {n} records, CPU per input record, median of {rounds} "
@@ -389,17 +450,55 @@ class Subprocess:
         return self.proc.wait(timeout=30)
 
 
+class _CommittedArrivals:
+    """A ``read_committed`` reader of ``topic`` in a thread of its own: the wall-clock time
+    (ms) each prediction became readable, by its input offset. A prediction is visible to
+    the daemon's readers only once its transaction commits, which its record's CreateTime
+    (the moment it was handed to the producer) does not show."""
+
+    def __init__(self, bootstrap: str, topic: str, expected: int):
+        import threading
+
+        from kafka import KafkaConsumer
+
+        self.expected = expected
+        self.at: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._consumer = KafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest",
+            enable_auto_commit=False, isolation_level="read_committed", fetch_max_wait_ms=20)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set() and len(self.at) < self.expected:
+            for records in self._consumer.poll(timeout_ms=50).values():
+                now = time.time() * 1000
+                for record in records:
+                    self.at[orjson.loads(record.value)["offset"]] = now
+
+    def close(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.at) < self.expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._consumer.close(autocommit=False)
+
+
 def latency(bootstrap: str, rate: float, values, name: str) -> None:
     topic = f"bench-lat-{uuid.uuid4().hex[:8]}"
     create_topics(bootstrap, {topic: 1, f"{topic}-out": 1, f"{topic}-dlq": 1})
     workdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-"))
     daemon = Subprocess(bootstrap, topic, workdir, f"{topic}-group")
+    n_out = sum(1 for _, v, _ in values if b'"label"' not in v)
+    arrivals = _CommittedArrivals(bootstrap, f"{topic}-out", n_out)
     try:
         started = time.perf_counter()
         produce(bootstrap, topic, ((k, v) for k, v, _ in values), rate=rate)
         sent_rate = len(values) / (time.perf_counter() - started)
         daemon.wait_offset(f"{topic}:0", len(values))
-        n_out = sum(1 for _, v, _ in values if b'"label"' not in v)
+        arrivals.close()
         inputs = read_all(bootstrap, topic, until=lambda r: len(r) >= len(values))
         outputs = read_all(bootstrap, f"{topic}-out", until=lambda r: len(r) >= n_out)
         sent_at = {r.offset: r.timestamp_ms for r in inputs}
@@ -409,6 +508,8 @@ def latency(bootstrap: str, rate: float, values, name: str) -> None:
             for r, p in zip(outputs, predictions, strict=True)
         )
         own = sorted(p["latency_seconds"] * 1000 for p in predictions)
+        visible = sorted(arrivals.at[p["offset"]] - sent_at[p["offset"]]
+                         for p in predictions if p["offset"] in arrivals.at)
 
         def pct(xs, q):
             return xs[min(len(xs) - 1, int(len(xs) * q))]
@@ -417,8 +518,12 @@ def latency(bootstrap: str, rate: float, values, name: str) -> None:
               f"(target {rate:.0f}), "
               f"{len(lat)} predictions: p50 {pct(lat, 0.5)} ms, p99 {pct(lat, 0.99)} ms, "
               f"max {lat[-1]} ms; processing alone (latency_seconds): "
-              f"p50 {pct(own, 0.5):.2f} ms, p99 {pct(own, 0.99):.2f} ms")
+              f"p50 {pct(own, 0.5):.2f} ms, p99 {pct(own, 0.99):.2f} ms; "
+              f"produce->readable (read_committed, {len(visible)} predictions): "
+              f"p50 {pct(visible, 0.5):.0f} ms, p99 {pct(visible, 0.99):.0f} ms, "
+              f"max {visible[-1]:.0f} ms")
     finally:
+        arrivals.close(timeout=0)
         daemon.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -687,7 +792,7 @@ def main() -> int:
             breakdown(args.bootstrap, topic, n)
         if args.floor:
             floor(args.bootstrap, topic, values, max(args.rounds, 3), b / n * 1e6,
-                  statistics.median(c for _, c in bare) / n * 1e6)
+                  statistics.median(c for _, c in bare) / n * 1e6, n / d)
     if args.model_step:
         model_step(max(args.rounds, 3))
     if args.fake_loop:
