@@ -110,7 +110,10 @@ PRODUCER_BATCH_BYTES = 256 * 1024
 #: CONCURRENT_TRANSACTIONS (the previous commit's markers still being written, tens of ms)
 #: waited 100-270 ms, and every producer's first send_offsets_to_transaction 200 ms (the
 #: group coordinator's lookup, then its connection). The Java client retries these after
-#: 20 ms (ADD_PARTITIONS_RETRY_BACKOFF_MS).
+#: 20 ms (ADD_PARTITIONS_RETRY_BACKOFF_MS). kafka-python has one setting for every retry, so
+#: a produce request refused by a moving partition leader is also retried after 10 ms (until
+#: the new leader is known: a broker that cannot be reached is retried on
+#: reconnect_backoff_ms, exponentially, as before).
 TRANSACTION_RETRY_BACKOFF_MS = 10
 # Kafka's default max.message.bytes (1 MiB + 12), for a topic whose limit cannot be read.
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1048588
