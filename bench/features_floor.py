@@ -1,15 +1,16 @@
 """Where the featurizer's time goes on mail, and what bounds it: the C-level steps it needs.
 
 First the featurizer's own stages, each timed over the corpus: reading the mail, the body's
-words, URL tokens, header tokens, MIME tokens. Then, over the same messages (held in memory,
-already read once), only the calls into C the featurizer makes for the default tokens, with
-none of the Python around them: the word counts of the body and the header fields and the URL
-hosts (``streamnb.features._tokens``), HTML to text (selectolax), the header-field regex. Their
-sum is what the featurizer would cost if all its Python took no time. Last, the calls a
-pure-Python tokenizer of the same tokens must make (``str.split``/``re.findall`` and
-``Counter``: one str object per token occurrence), the bound the C extension was written to
-get past. The standard-library peer's time over each sum bounds the ratio
-``bench.bench_features`` can show. CPU time, best of ``--rounds`` passes.
+words, URL tokens, header tokens, header layout tokens, MIME tokens. Then, over the same
+messages (held in memory, already read once), only the calls into C the featurizer makes for
+the default tokens, with none of the Python around them: the word counts of the body and the
+header fields, the header layout tokens and the URL hosts (``streamnb.features._tokens``),
+HTML to text (selectolax), the header-field regex. Their sum is what the featurizer would cost
+if all its Python took no time. Last, the calls a pure-Python tokenizer of the same tokens
+must make (``str.split``/``re.findall`` and ``Counter``: one str object per token
+occurrence), the bound the C extension was written to get past. The standard-library peer's
+time over each sum bounds the ratio ``bench.bench_features`` can show. CPU time, best of
+``--rounds`` passes.
 
     python -m bench.features_floor [--rounds 5] [--corpus spamassassin]
 """
@@ -32,6 +33,7 @@ from streamnb.features import Featurizer  # noqa: E402
 from streamnb.features.featurizer import _ADDRESS_FIELDS, _mime_tokens  # noqa: E402
 from streamnb.features.html import html_to_text  # noqa: E402
 from streamnb.features.mail import SECOND_LEVEL_LABELS, Budget, _wanted_headers  # noqa: E402
+from streamnb.features.native import _tokens as native_module  # noqa: E402
 from streamnb.features.tokenize import url_tokens  # noqa: E402
 
 
@@ -130,6 +132,13 @@ def main(argv: list[str] | None = None) -> None:
                 ascii_texts + other_texts,
             ),
             "header words and addresses (_tokens)": (native_header_words, fields),
+            "header layout (_tokens.header_layout)": (
+                lambda block: native_module.header_layout(
+                    block, options.min_header_order, options.header_order,
+                    options.header_shapes, Counter(),
+                ),
+                [mail.header_block for mail in mails],
+            ),
             "URL hosts (_tokens.url_hosts)": (
                 lambda texts: [tokenizer.url_hosts(t) for t in texts],
                 markup,
@@ -142,6 +151,14 @@ def main(argv: list[str] | None = None) -> None:
     def body_words(mail):
         return featurizer._count(mail.text, Budget(options), urls=False)
 
+    def header_layout(mail):
+        counts: Counter[str] = Counter()
+        featurizer._add_header_layout(
+            mail.header_block, options.min_header_order, options.header_order,
+            options.header_shapes, counts,
+        )
+        return counts
+
     def urls(mail):
         find = tokenizer.url_hosts
         return url_tokens(h for part in mail.parts for h in find(part.html or part.text))
@@ -151,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
         "body words": (body_words, mails),
         "URL tokens": (urls, mails),
         "header tokens (counted)": (featurizer._header_tokens, mails),
+        "header layout tokens (order, shapes)": (header_layout, mails),
         "MIME tokens": (_mime_tokens, mails),
     }
     for name, (fn, items) in stages.items():

@@ -911,9 +911,205 @@ unfold_headers(PyObject *Py_UNUSED(module), PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- header layout tokens (header_layout.header_layout_tokens) ------------------------------ */
+
+enum { LAYOUT_MAX_FIELDS = 256, SHAPE_CHARS = 60, SHAPED_BYTES = 4 * SHAPE_CHARS };
+
+typedef struct {
+    Py_ssize_t name, name_len, value, value_len; /* offsets into the block */
+} LayoutField;
+
+static inline int
+is_field_name_byte(unsigned char c) /* [!-9;-~] */
+{
+    return c >= '!' && c <= '~' && c != ':';
+}
+
+static inline int
+is_bytes_space(unsigned char c) /* bytes.strip()'s white space */
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+/* The fields of header_layout._FIELD_RE (``^([!-9;-~]+)[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)``,
+ * re.M) as findall finds them, the first ``max`` of them. ``.`` is every byte but \n. */
+static Py_ssize_t
+layout_fields(const unsigned char *b, Py_ssize_t n, LayoutField *fields, Py_ssize_t max)
+{
+    Py_ssize_t found = 0, line = 0;
+    while (line < n && found < max) {
+        Py_ssize_t i = line;
+        while (i < n && is_field_name_byte(b[i]))
+            i++;
+        Py_ssize_t j = i;
+        while (j < n && (b[j] == ' ' || b[j] == '\t'))
+            j++;
+        if (i == line || j >= n || b[j] != ':') { /* not a field line: on to the next line */
+            const unsigned char *nl = memchr(b + line, '\n', (size_t)(n - line));
+            if (nl == NULL)
+                break;
+            line = nl - b + 1;
+            continue;
+        }
+        j++;
+        while (j < n && (b[j] == ' ' || b[j] == '\t'))
+            j++;
+        Py_ssize_t end = j;
+        for (;;) { /* this line, then each continuation line */
+            const unsigned char *nl = memchr(b + end, '\n', (size_t)(n - end));
+            end = nl == NULL ? n : nl - b;
+            if (end + 1 < n && (b[end + 1] == ' ' || b[end + 1] == '\t'))
+                end++;
+            else
+                break;
+        }
+        fields[found++] = (LayoutField){line, i - line, j, end - j};
+        line = end + 1; /* the match ends on a \n (or the end); the next line starts after it */
+    }
+    return found;
+}
+
+static int
+add_one(PyObject *counts, PyObject *token) /* counts[token] += 1; steals ``token`` */
+{
+    if (token == NULL)
+        return -1;
+    int failed = add_count(counts, token, 1);
+    Py_DECREF(token);
+    return failed;
+}
+
+static inline void
+put_lower(Py_UCS1 *out, const unsigned char *from, Py_ssize_t len)
+{
+    for (Py_ssize_t k = 0; k < len; k++)
+        out[k] = (Py_UCS1)(from[k] >= 'A' && from[k] <= 'Z' ? from[k] + 32 : from[k]);
+}
+
+/* "order:" + ">".join(window) for each window of ``size`` of ["^", *names, "$"] */
+static int
+add_order_tokens(PyObject *counts, const unsigned char *b, const LayoutField *fields,
+                 Py_ssize_t n_fields, Py_ssize_t size)
+{
+    Py_ssize_t framed = n_fields + 2;
+    for (Py_ssize_t start = 0; start + size <= framed; start++) {
+        Py_ssize_t len = 6 + (size - 1); /* "order:" and the ">"s */
+        for (Py_ssize_t k = start; k < start + size; k++)
+            len += k == 0 || k == framed - 1 ? 1 : fields[k - 1].name_len;
+        PyObject *token = PyUnicode_New(len, 127);
+        if (token == NULL)
+            return -1;
+        Py_UCS1 *out = PyUnicode_1BYTE_DATA(token);
+        memcpy(out, "order:", 6);
+        Py_ssize_t at = 6;
+        for (Py_ssize_t k = start; k < start + size; k++) {
+            if (k > start)
+                out[at++] = '>';
+            if (k == 0)
+                out[at++] = '^';
+            else if (k == framed - 1)
+                out[at++] = '$';
+            else {
+                put_lower(out + at, b + fields[k - 1].name, fields[k - 1].name_len);
+                at += fields[k - 1].name_len;
+            }
+        }
+        if (add_one(counts, token) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* header_layout.value_shape: the value's first SHAPED_BYTES bytes stripped, each byte as its
+ * class (ASCII letter a, digit 0, 8-bit h, white space a space, others themselves), each run
+ * of one of those four classes one character, cut at SHAPE_CHARS. Returns the length. */
+static Py_ssize_t
+value_shape_into(const unsigned char *v, Py_ssize_t len, Py_UCS1 *shape)
+{
+    if (len > SHAPED_BYTES)
+        len = SHAPED_BYTES;
+    Py_ssize_t a = 0, z = len, at = 0;
+    while (a < z && is_bytes_space(v[a]))
+        a++;
+    while (z > a && is_bytes_space(v[z - 1]))
+        z--;
+    for (Py_ssize_t k = a; k < z && at < SHAPE_CHARS; k++) {
+        unsigned char c = v[k];
+        Py_UCS1 cls = (c | 32) >= 'a' && (c | 32) <= 'z' ? 'a'
+                      : c >= '0' && c <= '9'             ? '0'
+                      : c >= 0x80                        ? 'h'
+                      : is_bytes_space(c)                ? ' '
+                                                         : c;
+        int run = cls == 'a' || cls == '0' || cls == 'h' || cls == ' ';
+        if (run && at && shape[at - 1] == cls)
+            continue;
+        shape[at++] = cls;
+    }
+    return at;
+}
+
+static int
+add_shape_tokens(PyObject *counts, const unsigned char *b, const LayoutField *fields,
+                 Py_ssize_t n_fields)
+{
+    for (Py_ssize_t f = 0; f < n_fields; f++) {
+        Py_UCS1 shape[SHAPE_CHARS];
+        Py_ssize_t shape_len = value_shape_into(b + fields[f].value, fields[f].value_len, shape);
+        Py_ssize_t name_len = fields[f].name_len;
+        PyObject *token = PyUnicode_New(6 + name_len + 1 + shape_len, 127);
+        if (token == NULL)
+            return -1;
+        Py_UCS1 *out = PyUnicode_1BYTE_DATA(token);
+        memcpy(out, "shape:", 6);
+        put_lower(out + 6, b + fields[f].name, name_len);
+        out[6 + name_len] = ':';
+        memcpy(out + 7 + name_len, shape, (size_t)shape_len);
+        if (add_one(counts, token) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(header_layout_doc,
+"header_layout(block, shortest, longest, shapes, counts) -> None\n\n"
+"Adds header_layout.header_layout_tokens(block, shortest, longest, shapes) to the dict\n"
+"``counts``, in that order: the field-order runs (none when ``longest`` is 0), then with\n"
+"``shapes`` the value shapes. ``shortest`` must be at least 1.");
+
+static PyObject *
+header_layout(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer block;
+    Py_ssize_t shortest, longest;
+    int shapes;
+    PyObject *counts;
+    if (!PyArg_ParseTuple(args, "y*nnpO!:header_layout", &block, &shortest, &longest, &shapes,
+                          &PyDict_Type, &counts))
+        return NULL;
+    if (shortest < 1 || longest < 0) {
+        PyBuffer_Release(&block);
+        PyErr_SetString(PyExc_ValueError, "header_layout needs shortest >= 1, longest >= 0");
+        return NULL;
+    }
+    LayoutField fields[LAYOUT_MAX_FIELDS];
+    const unsigned char *b = block.buf;
+    Py_ssize_t n_fields = layout_fields(b, block.len, fields, LAYOUT_MAX_FIELDS);
+    int failed = 0;
+    if (longest && n_fields)
+        for (Py_ssize_t size = shortest; size <= longest && !failed; size++)
+            failed = add_order_tokens(counts, b, fields, n_fields, size) < 0;
+    if (shapes && !failed)
+        failed = add_shape_tokens(counts, b, fields, n_fields) < 0;
+    PyBuffer_Release(&block);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"url_hosts", (PyCFunction)url_hosts, METH_O, url_hosts_doc},
     {"unfold_headers", (PyCFunction)unfold_headers, METH_VARARGS, unfold_headers_doc},
+    {"header_layout", (PyCFunction)header_layout, METH_VARARGS, header_layout_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from streamnb.features import native as _native_path
 from streamnb.features.errors import FeaturizationError
 from streamnb.features.header_layout import header_layout_tokens
 from streamnb.features.mail import ADDRESS_RE, Budget, ParsedMail, read_mail, registrable_domain
@@ -68,6 +69,10 @@ class Featurizer:
     def __init__(self, options: FeaturizerOptions | None = None, *, native: bool | None = None):
         self.options = options or FeaturizerOptions()
         self.tokenizer = Tokenizer(self.options, native=native)  # native: see Tokenizer
+        self._add_header_layout = (
+            _native_path._tokens.header_layout if self.tokenizer.native
+            else _add_header_layout
+        )
 
     def read(self, raw: bytes) -> ParsedMail:
         """The parsed mail (subject, addresses, text parts, attachments) of raw bytes."""
@@ -98,10 +103,10 @@ class Featurizer:
         if options.header_tokens:
             self._count_header_tokens(mail, counts)
         if mail.header_block and (options.header_order or options.header_shapes):
-            counts.update(header_layout_tokens(
+            self._add_header_layout(
                 mail.header_block, options.min_header_order, options.header_order,
-                options.header_shapes,
-            ))
+                options.header_shapes, counts,
+            )
         if options.mime_tokens:
             counts.update(_mime_tokens(mail))
         if options.defect_tokens and mail.defects:
@@ -187,6 +192,13 @@ class Featurizer:
                         value = " ".join(pieces[0::2])  # each address made a space
                 count_prefixed(prefix, value, counts)
         counts.update(tokens)
+
+
+def _add_header_layout(
+    block: bytes, shortest: int, longest: int, shapes: bool, counts: Counter[str]
+) -> None:
+    """The pure-Python ``_tokens.header_layout``: the layout tokens of ``block`` counted."""
+    counts.update(header_layout_tokens(block, shortest, longest, shapes))
 
 
 _ADDRESS_SPLIT_RE = re.compile(f"({ADDRESS_RE.pattern})")

@@ -16,7 +16,15 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streamnb.features import Featurizer, FeaturizerOptions, Tokenizer, mail, native
+from streamnb.features import (
+    Featurizer,
+    FeaturizerOptions,
+    Tokenizer,
+    featurizer,
+    header_layout,
+    mail,
+    native,
+)
 from streamnb.features import tokenize as tokenize_module
 from tests.features.token_digests import CORPORA, OPTION_SETS
 
@@ -165,6 +173,59 @@ def test_unfolding_refuses_what_is_not_an_ascii_field():
             _tokens.unfold_headers(fields, {})
     with pytest.raises(TypeError):
         _tokens.unfold_headers([("subject", b"x")], {"subject": "not a list"})
+
+
+header_blocks = st.lists(
+    st.one_of(
+        st.sampled_from([b"From", b"X-Mailer", b"SUBJECT", b"Received", b"a", b":", b": ", b" ",
+                         b"\t", b"\n", b"\n ", b"\n\t", b"\r", b"\x00", b"\x0b", b"\x0c",
+                         b"\x1c", b"\x7f", b"\xb0", b"\xa1\xa1", b"=?gb2312?B?", b"<a@b.cn>",
+                         b"123", b"Aa9", b";", b"/", b'"']),
+        st.binary(max_size=6),
+    ),
+    max_size=60,
+).map(b"".join)
+
+
+def layout_in_python(block, shortest, longest, shapes, counts=None):
+    counts = Counter() if counts is None else counts
+    featurizer._add_header_layout(block, shortest, longest, shapes, counts)
+    return counts
+
+
+@settings(max_examples=1000, deadline=None)
+@given(block=header_blocks, shortest=st.integers(1, 5), extra=st.integers(-1, 3),
+       shapes=st.booleans())
+@example(block=b"A: x\n\nB: y\n \nC:\n\tz\r\nD :e", shortest=1, extra=2, shapes=True)
+@example(block=b"F: " + b"a1 \xb0" * 100 + b"\n\tb", shortest=2, extra=0, shapes=True)
+def test_header_layout_tokens_equal_the_python_rules(block, shortest, extra, shapes):
+    longest = 0 if extra < 0 else shortest + extra
+    counts = {"order:^>a": 5}  # added to, like the message's other tokens
+    _tokens.header_layout(block, shortest, longest, shapes, counts)
+    expected = layout_in_python(block, shortest, longest, shapes, Counter({"order:^>a": 5}))
+    assert counts == expected
+    assert list(counts) == list(expected)  # the same insertion order as Counter.update
+
+
+def test_header_layout_reads_at_most_max_fields_and_long_names_whole():
+    many = b"".join(b"X-%d: v %d\n" % (k, k) for k in range(3 * header_layout.MAX_FIELDS))
+    long_name = b"N" * 100_000 + b": " + b"v" * 1_000_000 + b"\n\t" + b"\xff" * 500_000
+    for block in (many, long_name, b"", b"\n\n", b":x", b"no field here"):
+        for shortest, longest in ((1, 1), (3, 4), (2, 0)):
+            counts = {}
+            _tokens.header_layout(block, shortest, longest, True, counts)
+            assert counts == layout_in_python(block, shortest, longest, True)
+
+
+def test_header_layout_refuses_bad_arguments():
+    for args in ((b"A: b", 0, 4, True, {}), (b"A: b", 1, -1, True, {}),
+                 ("A: b", 1, 4, True, {}), (b"A: b", 1, 4, True, [])):
+        with pytest.raises((TypeError, ValueError)):
+            _tokens.header_layout(*args)
+    counts = {"order:^>a": "not a number"}
+    with pytest.raises(TypeError):
+        _tokens.header_layout(b"a: b", 2, 2, False, counts)
+    assert counts == {"order:^>a": "not a number"}
 
 
 address_values = st.lists(
