@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
         for mail in mails
     ]
     html = [part.html for mail in mails for part in mail.parts if part.html is not None]
-    header_re = _wanted_headers(options.header_fields)
+    wanted = _wanted_headers(options.header_fields)
     blocks = [raw.partition(b"\n\n")[0] for raw in messages]
     separators, word_re = tokenizer._ascii_separators, tokenizer._word_re
     ascii_word_re = tokenizer._ascii_word_re
@@ -93,12 +93,15 @@ def main(argv: list[str] | None = None) -> None:
             other_texts,
         ),
         "header words: regex+prefix+Counter": (header_words, header_texts),
-        "header block: field regex": (header_re.findall, blocks),
+        "header block: field regex": (wanted.pattern.findall, blocks),
         "HTML to text (selectolax)": (html_to_text, html),
     }
     native = tokenizer._native
     c_steps = {
-        "header block: field regex": (header_re.findall, blocks),
+        "header block: field scan (_tokens.header_fields)": (
+            lambda block: native_module.header_fields(block, wanted.names),
+            blocks,
+        ),
         "HTML to text (selectolax)": (html_to_text, html),
     }
     if native is not None:
