@@ -30,7 +30,7 @@ if str(REPO) not in sys.path:
 
 from bench.bench_features import load_corpus, stdlib_tokens  # noqa: E402
 from streamnb.features import Featurizer  # noqa: E402
-from streamnb.features.featurizer import _ADDRESS_FIELDS, _mime_tokens  # noqa: E402
+from streamnb.features.featurizer import _mime_tokens  # noqa: E402
 from streamnb.features.html import html_to_text  # noqa: E402
 from streamnb.features.mail import SECOND_LEVEL_LABELS, Budget, _wanted_headers  # noqa: E402
 from streamnb.features.native import _tokens as native_module  # noqa: E402
@@ -98,35 +98,18 @@ def main(argv: list[str] | None = None) -> None:
     }
     native = tokenizer._native
     c_steps = {
-        "header block: field scan (_tokens.header_fields)": (
-            lambda block: native_module.header_fields(block, wanted.names),
-            blocks,
-        ),
+        "header block: field regex": (wanted.pattern.findall, blocks),
         "HTML to text (selectolax)": (html_to_text, html),
     }
     if native is not None:
-        fields = [  # per mail: the header values as the featurizer hands them to C
-            [
-                (name + ":", text, name in _ADDRESS_FIELDS)
-                for name, values in mail.headers.items()
-                if name in options.header_fields
-                for text in (values if name in _ADDRESS_FIELDS else ["\n".join(values)])
-            ]
-            for mail in mails
-        ]
         markup = [[part.html or part.text for part in mail.parts] for mail in mails]
 
-        def native_header_words(mail_fields) -> Counter[str]:
+        def native_header_words(mail) -> Counter[str]:
             counts: Counter[str] = Counter()
-            for prefix, text, address in mail_fields:
-                if not text.isascii():
-                    continue
-                if address:
-                    native.count_address_field(
-                        prefix, text, counts, SECOND_LEVEL_LABELS, False, True
-                    )
-                else:
-                    native.count(text, counts, prefix, True)
+            native.count_header_fields(  # what it leaves (non-ASCII values) is not counted
+                featurizer._header_fields, mail.headers, counts, SECOND_LEVEL_LABELS,
+                options.address_words, options.lowercase,
+            )
             return counts
 
         c_steps = {
@@ -134,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
                 lambda t: native.count(t, Counter()),
                 ascii_texts + other_texts,
             ),
-            "header words and addresses (_tokens)": (native_header_words, fields),
+            "header words and addresses (_tokens)": (native_header_words, mails),
             "header layout (_tokens.header_layout)": (
                 lambda block: native_module.header_layout(
                     block, options.min_header_order, options.header_order,
@@ -146,7 +129,11 @@ def main(argv: list[str] | None = None) -> None:
                 lambda texts: [tokenizer.url_hosts(t) for t in texts],
                 markup,
             ),
-            **c_steps,
+            "header block: field scan (_tokens.header_fields)": (
+                lambda block: native_module.header_fields(block, wanted.names),
+                blocks,
+            ),
+            "HTML to text (selectolax)": (html_to_text, html),
         }
     n = len(messages)
     print(f"{args.corpus}: {n} messages, best of {args.rounds} passes, CPU us per message")
