@@ -1,15 +1,16 @@
 """Where the featurizer's time goes on mail, and what bounds it: the C-level steps it needs.
 
 First the featurizer's own stages, each timed over the corpus: reading the mail, the body's
-words, URL tokens, header tokens, MIME tokens. Then, over the same messages (held in memory,
-already read once), only the calls into C the featurizer makes for the default tokens, with
-none of the Python around them: the word counts of the body and the header fields and the URL
-hosts (``streamnb.features._tokens``), HTML to text (selectolax), the header-field regex. Their
-sum is what the featurizer would cost if all its Python took no time. Last, the calls a
-pure-Python tokenizer of the same tokens must make (``str.split``/``re.findall`` and
-``Counter``: one str object per token occurrence), the bound the C extension was written to
-get past. The standard-library peer's time over each sum bounds the ratio
-``bench.bench_features`` can show. CPU time, best of ``--rounds`` passes.
+words, URL tokens, header tokens, header layout tokens, MIME tokens. Then, over the same
+messages (held in memory, already read once), only the calls into C the featurizer makes for
+the default tokens, with none of the Python around them: the word counts of the body and the
+header fields, the header layout tokens and the URL hosts (``streamnb.features._tokens``),
+HTML to text (selectolax), the header-field regex. Their sum is what the featurizer would cost
+if all its Python took no time. Last, the calls a pure-Python tokenizer of the same tokens
+must make (``str.split``/``re.findall`` and ``Counter``: one str object per token
+occurrence), the bound the C extension was written to get past. The standard-library peer's
+time over each sum bounds the ratio ``bench.bench_features`` can show. CPU time, best of
+``--rounds`` passes.
 
     python -m bench.features_floor [--rounds 5] [--corpus spamassassin]
 """
@@ -29,9 +30,10 @@ if str(REPO) not in sys.path:
 
 from bench.bench_features import load_corpus, stdlib_tokens  # noqa: E402
 from streamnb.features import Featurizer  # noqa: E402
-from streamnb.features.featurizer import _ADDRESS_FIELDS, _mime_tokens  # noqa: E402
+from streamnb.features.featurizer import _mime_tokens  # noqa: E402
 from streamnb.features.html import html_to_text  # noqa: E402
 from streamnb.features.mail import SECOND_LEVEL_LABELS, Budget, _wanted_headers  # noqa: E402
+from streamnb.features.native import _tokens as native_module  # noqa: E402
 from streamnb.features.tokenize import url_tokens  # noqa: E402
 
 
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
         for mail in mails
     ]
     html = [part.html for mail in mails for part in mail.parts if part.html is not None]
-    header_re = _wanted_headers(options.header_fields)
+    wanted = _wanted_headers(options.header_fields)
     blocks = [raw.partition(b"\n\n")[0] for raw in messages]
     separators, word_re = tokenizer._ascii_separators, tokenizer._word_re
     ascii_word_re = tokenizer._ascii_word_re
@@ -91,37 +93,23 @@ def main(argv: list[str] | None = None) -> None:
             other_texts,
         ),
         "header words: regex+prefix+Counter": (header_words, header_texts),
-        "header block: field regex": (header_re.findall, blocks),
+        "header block: field regex": (wanted.pattern.findall, blocks),
         "HTML to text (selectolax)": (html_to_text, html),
     }
     native = tokenizer._native
     c_steps = {
-        "header block: field regex": (header_re.findall, blocks),
+        "header block: field regex": (wanted.pattern.findall, blocks),
         "HTML to text (selectolax)": (html_to_text, html),
     }
     if native is not None:
-        fields = [  # per mail: the header values as the featurizer hands them to C
-            [
-                (name + ":", text, name in _ADDRESS_FIELDS)
-                for name, values in mail.headers.items()
-                if name in options.header_fields
-                for text in (values if name in _ADDRESS_FIELDS else ["\n".join(values)])
-            ]
-            for mail in mails
-        ]
         markup = [[part.html or part.text for part in mail.parts] for mail in mails]
 
-        def native_header_words(mail_fields) -> Counter[str]:
+        def native_header_words(mail) -> Counter[str]:
             counts: Counter[str] = Counter()
-            for prefix, text, address in mail_fields:
-                if not text.isascii():
-                    continue
-                if address:
-                    native.count_address_field(
-                        prefix, text, counts, SECOND_LEVEL_LABELS, False, True
-                    )
-                else:
-                    native.count(text, counts, prefix, True)
+            native.count_header_fields(  # what it leaves (non-ASCII values) is not counted
+                featurizer._header_fields, mail.headers, counts, SECOND_LEVEL_LABELS,
+                options.address_words, options.lowercase,
+            )
             return counts
 
         c_steps = {
@@ -129,18 +117,37 @@ def main(argv: list[str] | None = None) -> None:
                 lambda t: native.count(t, Counter()),
                 ascii_texts + other_texts,
             ),
-            "header words and addresses (_tokens)": (native_header_words, fields),
+            "header words and addresses (_tokens)": (native_header_words, mails),
+            "header layout (_tokens.header_layout)": (
+                lambda block: native_module.header_layout(
+                    block, options.min_header_order, options.header_order,
+                    options.header_shapes, Counter(),
+                ),
+                [mail.header_block for mail in mails],
+            ),
             "URL hosts (_tokens.url_hosts)": (
                 lambda texts: [tokenizer.url_hosts(t) for t in texts],
                 markup,
             ),
-            **c_steps,
+            "header block: field scan (_tokens.header_fields)": (
+                lambda block: native_module.header_fields(block, wanted.names),
+                blocks,
+            ),
+            "HTML to text (selectolax)": (html_to_text, html),
         }
     n = len(messages)
     print(f"{args.corpus}: {n} messages, best of {args.rounds} passes, CPU us per message")
 
     def body_words(mail):
         return featurizer._count(mail.text, Budget(options), urls=False)
+
+    def header_layout(mail):
+        counts: Counter[str] = Counter()
+        featurizer._add_header_layout(
+            mail.header_block, options.min_header_order, options.header_order,
+            options.header_shapes, counts,
+        )
+        return counts
 
     def urls(mail):
         find = tokenizer.url_hosts
@@ -151,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         "body words": (body_words, mails),
         "URL tokens": (urls, mails),
         "header tokens (counted)": (featurizer._header_tokens, mails),
+        "header layout tokens (order, shapes)": (header_layout, mails),
         "MIME tokens": (_mime_tokens, mails),
     }
     for name, (fn, items) in stages.items():

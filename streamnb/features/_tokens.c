@@ -750,24 +750,19 @@ PyDoc_STRVAR(count_address_field_doc,
 "rest of the value (of all of it with ``address_words``), lower-cased with ``lower``.\n"
 "``second_level``: the labels under which a domain has three labels (co.uk).");
 
-static PyObject *
-WordCounter_count_address_field(WordCounter *self, PyObject *args)
+/* count_address_field's work on an ASCII prefix and value; -1 with an exception set */
+static int
+count_address_value(WordCounter *self, PyObject *prefix, PyObject *value, PyObject *counts,
+                    PyObject *second_level, int address_words, int lower)
 {
-    PyObject *prefix, *value, *counts, *second_level;
-    int address_words, lower;
-    if (!PyArg_ParseTuple(args, "UUO!Opp:count_address_field", &prefix, &value, &PyDict_Type,
-                          &counts, &second_level, &address_words, &lower))
-        return NULL;
-    if (!PyUnicode_IS_ASCII(prefix) || !PyUnicode_IS_ASCII(value)) {
-        PyErr_SetString(PyExc_ValueError, "count_address_field: prefix and value must be ASCII");
-        return NULL;
-    }
     const unsigned char *data = PyUnicode_1BYTE_DATA(value);
     Py_ssize_t n = PyUnicode_GET_LENGTH(value);
     /* the value with each address made one space (the words around them) */
     unsigned char *rest = PyMem_Malloc((size_t)n + 1);
-    if (rest == NULL)
-        return PyErr_NoMemory();
+    if (rest == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     Py_ssize_t rest_len = 0, kept_from = 0, i = 0;
     while (i < n) {
         /* an address starts only where a run of local-part characters starts */
@@ -787,7 +782,7 @@ WordCounter_count_address_field(WordCounter *self, PyObject *args)
         }
         if (add_address(counts, prefix, second_level, data, i, at + 1, end) < 0) {
             PyMem_Free(rest);
-            return NULL;
+            return -1;
         }
         memcpy(rest + rest_len, data + kept_from, (size_t)(i - kept_from));
         rest_len += i - kept_from;
@@ -805,9 +800,192 @@ WordCounter_count_address_field(WordCounter *self, PyObject *args)
         state_free(&st);
     }
     PyMem_Free(rest);
-    if (failed)
+    return failed ? -1 : 0;
+}
+
+static PyObject *
+WordCounter_count_address_field(WordCounter *self, PyObject *args)
+{
+    PyObject *prefix, *value, *counts, *second_level;
+    int address_words, lower;
+    if (!PyArg_ParseTuple(args, "UUO!Opp:count_address_field", &prefix, &value, &PyDict_Type,
+                          &counts, &second_level, &address_words, &lower))
+        return NULL;
+    if (!PyUnicode_IS_ASCII(prefix) || !PyUnicode_IS_ASCII(value)) {
+        PyErr_SetString(PyExc_ValueError, "count_address_field: prefix and value must be ASCII");
+        return NULL;
+    }
+    if (count_address_value(self, prefix, value, counts, second_level, address_words, lower) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* counts[prefix + word] += n for the words of an ASCII ``text`` (count(text, counts, prefix,
+ * lower)) */
+static int
+count_prefixed_ascii(WordCounter *self, PyObject *text, PyObject *prefix, int lower,
+                     PyObject *counts)
+{
+    ScanState st;
+    if (state_init_str(&st, text, lower, prefix) < 0)
+        return -1;
+    int failed = scan_text(self, &st, emit_count) < 0 || add_counts(&st, counts) < 0;
+    state_free(&st);
+    return failed ? -1 : 0;
+}
+
+/* (prefix, text, is_address) appended to ``left`` for the Python path */
+static int
+leave_to_python(PyObject *left, PyObject *prefix, PyObject *text, PyObject *is_address)
+{
+    PyObject *item = PyTuple_Pack(3, prefix, text, is_address);
+    if (item == NULL)
+        return -1;
+    int failed = PyList_Append(left, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+static int
+count_header_field(WordCounter *self, PyObject *field, PyObject *headers, PyObject *counts,
+                   PyObject *second_level, int address_words, int lower, PyObject *left)
+{
+    if (!PyTuple_Check(field) || PyTuple_GET_SIZE(field) != 3
+        || !PyUnicode_Check(PyTuple_GET_ITEM(field, 1))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "count_header_fields: fields are (name, prefix, is_address) tuples");
+        return -1;
+    }
+    PyObject *name = PyTuple_GET_ITEM(field, 0), *prefix = PyTuple_GET_ITEM(field, 1);
+    PyObject *is_address = PyTuple_GET_ITEM(field, 2);
+    PyObject *values = PyDict_GetItemWithError(headers, name); /* borrowed */
+    if (values == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    int address = PyObject_IsTrue(is_address);
+    if (address < 0)
+        return -1;
+    Py_INCREF(values); /* the dict calls below may run code that drops it from ``headers`` */
+    int failed = 0;
+    if (!PyList_Check(values)) {
+        PyErr_SetString(PyExc_TypeError, "count_header_fields: header values must be lists");
+        failed = 1;
+    }
+    else if (!address && PyList_GET_SIZE(values)) {
+        /* the words of all of a field's values at once: no word spans the newline */
+        PyObject *text;
+        if (PyList_GET_SIZE(values) == 1) {
+            text = PyList_GET_ITEM(values, 0);
+            Py_INCREF(text);
+        }
+        else {
+            PyObject *newline = PyUnicode_FromOrdinal('\n');
+            text = newline == NULL ? NULL : PyUnicode_Join(newline, values);
+            Py_XDECREF(newline);
+        }
+        if (text == NULL)
+            failed = 1;
+        else if (!PyUnicode_Check(text)) {
+            PyErr_SetString(PyExc_TypeError, "count_header_fields: header values must be str");
+            failed = 1;
+        }
+        else if (PyUnicode_IS_ASCII(text))
+            failed = count_prefixed_ascii(self, text, prefix, lower, counts) < 0;
+        else
+            failed = leave_to_python(left, prefix, text, is_address) < 0;
+        Py_XDECREF(text);
+    }
+    else if (address) {
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(values) && !failed; k++) {
+            PyObject *value = PyList_GET_ITEM(values, k);
+            Py_INCREF(value);
+            if (!PyUnicode_Check(value)) {
+                PyErr_SetString(PyExc_TypeError, "count_header_fields: header values must be str");
+                failed = 1;
+            }
+            else if (PyUnicode_IS_ASCII(value) && PyUnicode_IS_ASCII(prefix))
+                failed = count_address_value(self, prefix, value, counts, second_level,
+                                             address_words, lower) < 0;
+            else
+                failed = leave_to_python(left, prefix, value, is_address) < 0;
+            Py_DECREF(value);
+        }
+    }
+    Py_DECREF(values);
+    return failed ? -1 : 0;
+}
+
+PyDoc_STRVAR(count_header_fields_doc,
+"count_header_fields(fields, headers, counts, second_level, address_words, lower) -> list\n\n"
+"The header tokens of a mail (featurizer._count_header_tokens) added to ``counts``: for each\n"
+"(name, prefix, is_address) of ``fields`` with values in ``headers`` (name -> list of str),\n"
+"an address field's ASCII values as count_address_field does, another field's values joined\n"
+"by newlines, if ASCII, as count(text, counts, prefix, lower). Returns the (prefix, text,\n"
+"is_address) of the values it left to the caller: those that are not ASCII.");
+
+static PyObject *
+WordCounter_count_header_fields(WordCounter *self, PyObject *args)
+{
+    PyObject *fields, *headers, *counts, *second_level;
+    int address_words, lower;
+    if (!PyArg_ParseTuple(args, "O!O!O!Opp:count_header_fields", &PyTuple_Type, &fields,
+                          &PyDict_Type, &headers, &PyDict_Type, &counts, &second_level,
+                          &address_words, &lower))
+        return NULL;
+    PyObject *left = PyList_New(0);
+    if (left == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(fields); k++)
+        if (count_header_field(self, PyTuple_GET_ITEM(fields, k), headers, counts, second_level,
+                               address_words, lower, left) < 0) {
+            Py_DECREF(left);
+            return NULL;
+        }
+    return left;
+}
+
+PyDoc_STRVAR(addresses_doc,
+"addresses(value) -> list[str]\n\n"
+"``[a.lower() for a in mail.ADDRESS_RE.findall(value)]`` for an ASCII ``value``.");
+
+static PyObject *
+addresses(PyObject *Py_UNUSED(module), PyObject *value)
+{
+    if (!PyUnicode_Check(value) || !PyUnicode_IS_ASCII(value)) {
+        PyErr_SetString(PyExc_ValueError, "addresses: the value must be an ASCII str");
+        return NULL;
+    }
+    const unsigned char *data = PyUnicode_1BYTE_DATA(value);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value), i = 0;
+    PyObject *found = PyList_New(0);
+    while (found != NULL && i < n) {
+        /* an address starts only where a run of local-part characters starts */
+        if (!is_local_char(data[i]) || (i > 0 && is_local_char(data[i - 1]))) {
+            i++;
+            continue;
+        }
+        Py_ssize_t at = i;
+        while (at < n && is_local_char(data[at]))
+            at++;
+        Py_ssize_t end = at < n && data[at] == '@' ? match_host(PyUnicode_1BYTE_KIND, data,
+                                                                at + 1, n)
+                                                   : -1;
+        if (end < 0) {
+            i = at;
+            continue;
+        }
+        PyObject *address = PyUnicode_New(end - i, 127);
+        if (address == NULL) {
+            Py_CLEAR(found);
+            break;
+        }
+        for (Py_ssize_t k = i; k < end; k++)
+            PyUnicode_1BYTE_DATA(address)[k - i] = (Py_UCS1)Py_TOLOWER(data[k]);
+        if (PyList_Append(found, address) < 0)
+            Py_CLEAR(found);
+        Py_DECREF(address);
+        i = end;
+    }
+    return found;
 }
 
 /* ---- header values (mail._unfold) --------------------------------------------------------- */
@@ -911,9 +1089,324 @@ unfold_headers(PyObject *Py_UNUSED(module), PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- header layout tokens (header_layout.header_layout_tokens) ------------------------------ */
+
+enum { LAYOUT_MAX_FIELDS = 256, SHAPE_CHARS = 60, SHAPED_BYTES = 4 * SHAPE_CHARS };
+
+typedef struct {
+    Py_ssize_t name, name_len, value, value_len; /* offsets into the block */
+} LayoutField;
+
+static inline int
+is_field_name_byte(unsigned char c) /* [!-9;-~] */
+{
+    return c >= '!' && c <= '~' && c != ':';
+}
+
+static inline int
+is_bytes_space(unsigned char c) /* bytes.strip()'s white space */
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+/* The offset of the first byte of a field's value after ``name_end`` (the name run), or -1 if
+ * the line is not ``name[ \t]*:``; the white space after the colon is skipped. */
+static inline Py_ssize_t
+field_value_start(const unsigned char *b, Py_ssize_t n, Py_ssize_t name_end)
+{
+    Py_ssize_t j = name_end;
+    while (j < n && (b[j] == ' ' || b[j] == '\t'))
+        j++;
+    if (j >= n || b[j] != ':')
+        return -1;
+    j++;
+    while (j < n && (b[j] == ' ' || b[j] == '\t'))
+        j++;
+    return j;
+}
+
+/* The end of a value starting at ``j``: its line and each continuation line, up to the \n. */
+static inline Py_ssize_t
+field_value_end(const unsigned char *b, Py_ssize_t n, Py_ssize_t j)
+{
+    Py_ssize_t end = j;
+    for (;;) {
+        const unsigned char *nl = memchr(b + end, '\n', (size_t)(n - end));
+        end = nl == NULL ? n : nl - b;
+        if (end + 1 < n && (b[end + 1] == ' ' || b[end + 1] == '\t'))
+            end++;
+        else
+            return end;
+    }
+}
+
+/* The fields of header_layout._FIELD_RE (``^([!-9;-~]+)[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)``,
+ * re.M) as findall finds them, the first ``max`` of them. ``.`` is every byte but \n. */
+static Py_ssize_t
+layout_fields(const unsigned char *b, Py_ssize_t n, LayoutField *fields, Py_ssize_t max)
+{
+    Py_ssize_t found = 0, line = 0;
+    while (line < n && found < max) {
+        Py_ssize_t name_end = line;
+        while (name_end < n && is_field_name_byte(b[name_end]))
+            name_end++;
+        Py_ssize_t start = name_end > line ? field_value_start(b, n, name_end) : -1;
+        if (start < 0) { /* not a field line: on to the next line */
+            const unsigned char *nl = memchr(b + line, '\n', (size_t)(n - line));
+            if (nl == NULL)
+                break;
+            line = nl - b + 1;
+            continue;
+        }
+        Py_ssize_t end = field_value_end(b, n, start);
+        fields[found++] = (LayoutField){line, name_end - line, start, end - start};
+        line = end + 1; /* the match ends on a \n (or the end); the next line starts after it */
+    }
+    return found;
+}
+
+static int
+add_one(PyObject *counts, PyObject *token) /* counts[token] += 1; steals ``token`` */
+{
+    if (token == NULL)
+        return -1;
+    int failed = add_count(counts, token, 1);
+    Py_DECREF(token);
+    return failed;
+}
+
+static inline void
+put_lower(Py_UCS1 *out, const unsigned char *from, Py_ssize_t len)
+{
+    for (Py_ssize_t k = 0; k < len; k++)
+        out[k] = (Py_UCS1)(from[k] >= 'A' && from[k] <= 'Z' ? from[k] + 32 : from[k]);
+}
+
+/* "order:" + ">".join(window) for each window of ``size`` of ["^", *names, "$"] */
+static int
+add_order_tokens(PyObject *counts, const unsigned char *b, const LayoutField *fields,
+                 Py_ssize_t n_fields, Py_ssize_t size)
+{
+    Py_ssize_t framed = n_fields + 2;
+    for (Py_ssize_t start = 0; start + size <= framed; start++) {
+        Py_ssize_t len = 6 + (size - 1); /* "order:" and the ">"s */
+        for (Py_ssize_t k = start; k < start + size; k++)
+            len += k == 0 || k == framed - 1 ? 1 : fields[k - 1].name_len;
+        PyObject *token = PyUnicode_New(len, 127);
+        if (token == NULL)
+            return -1;
+        Py_UCS1 *out = PyUnicode_1BYTE_DATA(token);
+        memcpy(out, "order:", 6);
+        Py_ssize_t at = 6;
+        for (Py_ssize_t k = start; k < start + size; k++) {
+            if (k > start)
+                out[at++] = '>';
+            if (k == 0)
+                out[at++] = '^';
+            else if (k == framed - 1)
+                out[at++] = '$';
+            else {
+                put_lower(out + at, b + fields[k - 1].name, fields[k - 1].name_len);
+                at += fields[k - 1].name_len;
+            }
+        }
+        if (add_one(counts, token) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* header_layout.value_shape: the value's first SHAPED_BYTES bytes stripped, each byte as its
+ * class (ASCII letter a, digit 0, 8-bit h, white space a space, others themselves), each run
+ * of one of those four classes one character, cut at SHAPE_CHARS. Returns the length. */
+static Py_ssize_t
+value_shape_into(const unsigned char *v, Py_ssize_t len, Py_UCS1 *shape)
+{
+    if (len > SHAPED_BYTES)
+        len = SHAPED_BYTES;
+    Py_ssize_t a = 0, z = len, at = 0;
+    while (a < z && is_bytes_space(v[a]))
+        a++;
+    while (z > a && is_bytes_space(v[z - 1]))
+        z--;
+    for (Py_ssize_t k = a; k < z && at < SHAPE_CHARS; k++) {
+        unsigned char c = v[k];
+        Py_UCS1 cls = (c | 32) >= 'a' && (c | 32) <= 'z' ? 'a'
+                      : c >= '0' && c <= '9'             ? '0'
+                      : c >= 0x80                        ? 'h'
+                      : is_bytes_space(c)                ? ' '
+                                                         : c;
+        int run = cls == 'a' || cls == '0' || cls == 'h' || cls == ' ';
+        if (run && at && shape[at - 1] == cls)
+            continue;
+        shape[at++] = cls;
+    }
+    return at;
+}
+
+static int
+add_shape_tokens(PyObject *counts, const unsigned char *b, const LayoutField *fields,
+                 Py_ssize_t n_fields)
+{
+    for (Py_ssize_t f = 0; f < n_fields; f++) {
+        Py_UCS1 shape[SHAPE_CHARS];
+        Py_ssize_t shape_len = value_shape_into(b + fields[f].value, fields[f].value_len, shape);
+        Py_ssize_t name_len = fields[f].name_len;
+        PyObject *token = PyUnicode_New(6 + name_len + 1 + shape_len, 127);
+        if (token == NULL)
+            return -1;
+        Py_UCS1 *out = PyUnicode_1BYTE_DATA(token);
+        memcpy(out, "shape:", 6);
+        put_lower(out + 6, b + fields[f].name, name_len);
+        out[6 + name_len] = ':';
+        memcpy(out + 7 + name_len, shape, (size_t)shape_len);
+        if (add_one(counts, token) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(header_layout_doc,
+"header_layout(block, shortest, longest, shapes, counts) -> None\n\n"
+"Adds header_layout.header_layout_tokens(block, shortest, longest, shapes) to the dict\n"
+"``counts``, in that order: the field-order runs (none when ``longest`` is 0), then with\n"
+"``shapes`` the value shapes. ``shortest`` must be at least 1.");
+
+static PyObject *
+header_layout(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer block;
+    Py_ssize_t shortest, longest;
+    int shapes;
+    PyObject *counts;
+    if (!PyArg_ParseTuple(args, "y*nnpO!:header_layout", &block, &shortest, &longest, &shapes,
+                          &PyDict_Type, &counts))
+        return NULL;
+    if (shortest < 1 || longest < 0) {
+        PyBuffer_Release(&block);
+        PyErr_SetString(PyExc_ValueError, "header_layout needs shortest >= 1, longest >= 0");
+        return NULL;
+    }
+    LayoutField fields[LAYOUT_MAX_FIELDS];
+    const unsigned char *b = block.buf;
+    Py_ssize_t n_fields = layout_fields(b, block.len, fields, LAYOUT_MAX_FIELDS);
+    int failed = 0;
+    if (longest && n_fields)
+        for (Py_ssize_t size = shortest; size <= longest && !failed; size++)
+            failed = add_order_tokens(counts, b, fields, n_fields, size) < 0;
+    if (shapes && !failed)
+        failed = add_shape_tokens(counts, b, fields, n_fields) < 0;
+    PyBuffer_Release(&block);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- the header fields the reader reads (mail._parse_headers) ----------------------------- */
+
+/* The str of the wanted name ``b[start:end]`` is (compared without case), borrowed; NULL if
+ * none. ``names`` holds (lower-case bytes, str) pairs. */
+static PyObject *
+wanted_name(PyObject *names, const unsigned char *b, Py_ssize_t start, Py_ssize_t end)
+{
+    Py_ssize_t len = end - start;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(names); k++) {
+        PyObject *pair = PyTuple_GET_ITEM(names, k);
+        PyObject *raw = PyTuple_GET_ITEM(pair, 0);
+        if (PyBytes_GET_SIZE(raw) != len)
+            continue;
+        const unsigned char *name = (const unsigned char *)PyBytes_AS_STRING(raw);
+        Py_ssize_t i = 0;
+        while (i < len && Py_TOLOWER(b[start + i]) == name[i])
+            i++;
+        if (i == len)
+            return PyTuple_GET_ITEM(pair, 1);
+    }
+    return NULL;
+}
+
+PyDoc_STRVAR(header_fields_doc,
+"header_fields(block, names) -> list[tuple[str, bytes]]\n\n"
+"(lower-case name, raw value) of the fields of the header ``block`` that mail._parse_headers\n"
+"reads with its regex ``^(name|...)[ \\t]*:[ \\t]*(.*(?:\\n[ \\t].*)*)`` (re.M, re.I), in\n"
+"order. ``names``: a tuple of (lower-case name as bytes, as str) pairs, names of printable\n"
+"ASCII without ':' (compared without case), or None for every field.");
+
+static PyObject *
+header_fields(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer block;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "y*O:header_fields", &block, &names))
+        return NULL;
+    if (names != Py_None) {
+        int ok = PyTuple_Check(names);
+        for (Py_ssize_t k = 0; ok && k < PyTuple_GET_SIZE(names); k++) {
+            PyObject *pair = PyTuple_GET_ITEM(names, k);
+            ok = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2
+                 && PyBytes_Check(PyTuple_GET_ITEM(pair, 0))
+                 && PyUnicode_Check(PyTuple_GET_ITEM(pair, 1));
+            for (Py_ssize_t i = 0; ok && i < PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0)); i++) {
+                unsigned char c = (unsigned char)PyBytes_AS_STRING(PyTuple_GET_ITEM(pair, 0))[i];
+                ok = is_field_name_byte(c) && Py_TOLOWER(c) == c;
+            }
+            ok = ok && PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0)) > 0;
+        }
+        if (!ok) {
+            PyBuffer_Release(&block);
+            PyErr_SetString(PyExc_TypeError,
+                            "header_fields: names must be None or a tuple of (bytes, str) "
+                            "pairs, lower-case field names");
+            return NULL;
+        }
+    }
+    const unsigned char *b = block.buf;
+    Py_ssize_t n = block.len, line = 0;
+    PyObject *fields = PyList_New(0);
+    while (fields != NULL && line < n) {
+        Py_ssize_t name_end = line;
+        while (name_end < n && is_field_name_byte(b[name_end]))
+            name_end++;
+        Py_ssize_t start = name_end > line ? field_value_start(b, n, name_end) : -1;
+        PyObject *name = NULL;
+        if (start >= 0 && names != Py_None) {
+            name = wanted_name(names, b, line, name_end);
+            Py_XINCREF(name);
+        }
+        else if (start >= 0) {
+            name = PyUnicode_New(name_end - line, 127);
+            if (name == NULL)
+                Py_CLEAR(fields);
+            else
+                put_lower(PyUnicode_1BYTE_DATA(name), b + line, name_end - line);
+        }
+        if (name == NULL) { /* not a field read: on to the next line */
+            const unsigned char *nl = memchr(b + line, '\n', (size_t)(n - line));
+            if (nl == NULL)
+                break;
+            line = nl - b + 1;
+            continue;
+        }
+        Py_ssize_t end = field_value_end(b, n, start);
+        PyObject *value = PyBytes_FromStringAndSize((const char *)b + start, end - start);
+        PyObject *field = value == NULL ? NULL : PyTuple_Pack(2, name, value);
+        if (field == NULL || PyList_Append(fields, field) < 0)
+            Py_CLEAR(fields);
+        Py_XDECREF(field);
+        Py_XDECREF(value);
+        Py_DECREF(name);
+        line = end + 1;
+    }
+    PyBuffer_Release(&block);
+    return fields;
+}
+
 static PyMethodDef module_methods[] = {
     {"url_hosts", (PyCFunction)url_hosts, METH_O, url_hosts_doc},
     {"unfold_headers", (PyCFunction)unfold_headers, METH_VARARGS, unfold_headers_doc},
+    {"header_layout", (PyCFunction)header_layout, METH_VARARGS, header_layout_doc},
+    {"header_fields", (PyCFunction)header_fields, METH_VARARGS, header_fields_doc},
+    {"addresses", (PyCFunction)addresses, METH_O, addresses_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -981,6 +1474,8 @@ static PyMethodDef WordCounter_methods[] = {
     {"words", (PyCFunction)WordCounter_words, METH_O, words_doc},
     {"count_address_field", (PyCFunction)WordCounter_count_address_field, METH_VARARGS,
      count_address_field_doc},
+    {"count_header_fields", (PyCFunction)WordCounter_count_header_fields, METH_VARARGS,
+     count_header_fields_doc},
     {NULL, NULL, 0, NULL},
 };
 

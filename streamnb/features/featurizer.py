@@ -24,10 +24,19 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
+from streamnb.features import native as _native_path
 from streamnb.features.errors import FeaturizationError
 from streamnb.features.header_layout import header_layout_tokens
-from streamnb.features.mail import ADDRESS_RE, Budget, ParsedMail, read_mail, registrable_domain
+from streamnb.features.mail import (
+    ADDRESS_RE,
+    SECOND_LEVEL_LABELS,
+    Budget,
+    ParsedMail,
+    read_mail,
+    registrable_domain,
+)
 from streamnb.features.meta import meta_features
 from streamnb.features.options import FeaturizerOptions
 from streamnb.features.tokenize import Tokenizer, url_tokens
@@ -68,15 +77,21 @@ class Featurizer:
     def __init__(self, options: FeaturizerOptions | None = None, *, native: bool | None = None):
         self.options = options or FeaturizerOptions()
         self.tokenizer = Tokenizer(self.options, native=native)  # native: see Tokenizer
+        self._header_fields = _header_field_specs(self.options.header_fields)
+        self._add_header_layout = (
+            _native_path._tokens.header_layout if self.tokenizer.native
+            else _add_header_layout
+        )
 
     def read(self, raw: bytes) -> ParsedMail:
         """The parsed mail (subject, addresses, text parts, attachments) of raw bytes."""
-        return read_mail(_as_bytes(raw), self.options)
+        return read_mail(_as_bytes(raw), self.options, native=self.tokenizer.native)
 
     def from_raw(self, raw: bytes) -> Features:
         """Features of an RFC 822 message given as bytes."""
         budget = Budget(self.options)
-        return self._from_mail(read_mail(_as_bytes(raw), self.options, budget), budget)
+        mail = read_mail(_as_bytes(raw), self.options, budget, native=self.tokenizer.native)
+        return self._from_mail(mail, budget)
 
     def from_mail(self, mail: ParsedMail) -> Features:
         """Features of a mail already read with :meth:`read` (its truncations carried over)."""
@@ -98,10 +113,10 @@ class Featurizer:
         if options.header_tokens:
             self._count_header_tokens(mail, counts)
         if mail.header_block and (options.header_order or options.header_shapes):
-            counts.update(header_layout_tokens(
+            self._add_header_layout(
                 mail.header_block, options.min_header_order, options.header_order,
-                options.header_shapes,
-            ))
+                options.header_shapes, counts,
+            )
         if options.mime_tokens:
             counts.update(_mime_tokens(mail))
         if options.defect_tokens and mail.defects:
@@ -159,34 +174,62 @@ class Featurizer:
         return counts
 
     def _count_header_tokens(self, mail: ParsedMail, counts: Counter[str]) -> None:
-        tokens: list[str] = []  # the address tokens
-        count_prefixed = self.tokenizer.count_prefixed
-        count_address_field = self.tokenizer.count_address_field
         names = self.options.header_fields
         if "*" in names:  # every header of the message, in the order first seen
-            names = tuple(dict.fromkeys(n for n in (*names, *mail.headers) if n != "*"))
-        for name in names:
+            fields = _header_field_specs(
+                tuple(dict.fromkeys(n for n in (*names, *mail.headers) if n != "*"))
+            )
+        else:
+            fields = self._header_fields
+        native = self.tokenizer._native
+        if native is not None:  # the ASCII values (nearly all) in one call into C
+            options = self.options
+            left = native.count_header_fields(
+                fields, mail.headers, counts, SECOND_LEVEL_LABELS, options.address_words,
+                options.lowercase,
+            )
+            for prefix, text, address in left:
+                if address:
+                    self._count_address_value(prefix, text, counts)
+                else:
+                    self.tokenizer.count_prefixed(prefix, text, counts)
+            return
+        for name, prefix, address in fields:
             values = mail.headers.get(name)
             if not values:
                 continue
-            prefix = name + ":"
-            if name not in _ADDRESS_FIELDS:
+            if not address:
                 # The words of all of a field's values at once (a mail has five Received
                 # lines): no word spans the newline between two values.
                 text = values[0] if len(values) == 1 else "\n".join(values)
-                count_prefixed(prefix, text, counts)
+                self.tokenizer.count_prefixed(prefix, text, counts)
                 continue
             for value in values:
-                if count_address_field(prefix, value, counts):  # in C
-                    continue
-                if "@" in value:
-                    # One regex pass: the text around the addresses, then the addresses.
-                    pieces = _ADDRESS_SPLIT_RE.split(value)
-                    tokens += _address_tokens(prefix, pieces[1::2])
-                    if not self.options.address_words:
-                        value = " ".join(pieces[0::2])  # each address made a space
-                count_prefixed(prefix, value, counts)
-        counts.update(tokens)
+                self._count_address_value(prefix, value, counts)
+
+    def _count_address_value(self, prefix: str, value: str, counts: Counter[str]) -> None:
+        """The tokens of one value of an address field: its addresses, domains and hosts, and
+        the words of the text around them (of all of it with ``address_words``)."""
+        if "@" in value:
+            # One regex pass: the text around the addresses, then the addresses.
+            pieces = _ADDRESS_SPLIT_RE.split(value)
+            counts.update(_address_tokens(prefix, pieces[1::2]))
+            if not self.options.address_words:
+                value = " ".join(pieces[0::2])  # each address made a space
+        self.tokenizer.count_prefixed(prefix, value, counts)
+
+
+def _add_header_layout(
+    block: bytes, shortest: int, longest: int, shapes: bool, counts: Counter[str]
+) -> None:
+    """The pure-Python ``_tokens.header_layout``: the layout tokens of ``block`` counted."""
+    counts.update(header_layout_tokens(block, shortest, longest, shapes))
+
+
+@lru_cache(maxsize=256)
+def _header_field_specs(names: tuple[str, ...]) -> tuple[tuple[str, str, bool], ...]:
+    """(name, token prefix, whether it is an address field) of each header field tokenized."""
+    return tuple((name, name + ":", name in _ADDRESS_FIELDS) for name in names)
 
 
 _ADDRESS_SPLIT_RE = re.compile(f"({ADDRESS_RE.pattern})")

@@ -14,6 +14,9 @@ Two token kinds, both from the raw top-level header block:
   written ``a``, of digits ``0``, of 8-bit bytes ``h`` and of white space one space; other
   characters are kept, and the shape is cut at :data:`SHAPE_CHARS` characters.
 
+The featurizer counts these tokens in C where the extension is built
+(``streamnb.features._tokens.header_layout``, the same tokens; this module is its reference).
+
 >>> block = b'From: Ann <ann@example.com>\\nSubject: Hi 2 you\\nDate: Mon, 1 Jul 2024'
 >>> header_order_tokens(block, 3, 4)
 ['order:^>from>subject', 'order:from>subject>date', 'order:subject>date>$', \

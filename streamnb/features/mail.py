@@ -38,6 +38,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 from streamnb.features import native as _native_path
 from streamnb.features.charsets import codec_for, decode_text
@@ -57,8 +58,10 @@ __all__ = [
 ]
 
 _DEFAULT_OPTIONS = FeaturizerOptions()
-# The header values of a plain block unfolded in C (_unfold's rule), unless pure Python.
-_unfold_headers = _native_path._tokens.unfold_headers if _native_path.enabled() else None
+# The C extension's reading steps, unless pure Python (read_mail's ``native``): the header
+# fields picked (_parse_headers' regexes), the values of a plain block unfolded (_unfold) and
+# the addresses of an ASCII value found (ADDRESS_RE), each by the rule of the Python beside it.
+_in_c = _native_path._tokens if _native_path.enabled() else None
 
 #: What :attr:`ParsedMail.defects` can name. The reader never drops text for a defect; each says
 #: how it read the mail anyway.
@@ -238,9 +241,20 @@ class Budget:
 
 
 def read_mail(
-    raw: bytes, options: FeaturizerOptions = _DEFAULT_OPTIONS, budget: Budget | None = None
+    raw: bytes,
+    options: FeaturizerOptions = _DEFAULT_OPTIONS,
+    budget: Budget | None = None,
+    *,
+    native: bool | None = None,
 ) -> ParsedMail:
-    """Read raw RFC 822 bytes into a :class:`ParsedMail`, within ``options``' limits."""
+    """Read raw RFC 822 bytes into a :class:`ParsedMail`, within ``options``' limits.
+
+    ``native``: whether the header steps run in the C extension (the same result); ``None``
+    takes C when :func:`streamnb.features.native.enabled` says so.
+    """
+    c = _in_c if native is None else _native_path._tokens if native else None
+    if native and c is None:
+        raise RuntimeError("the C extension streamnb.features._tokens is not built")
     if budget is None:
         budget = Budget(options)
     mail = ParsedMail(size=len(raw))
@@ -252,18 +266,18 @@ def read_mail(
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     defects: list[str] = []
     header_block, body = _split_entity(raw, defects)
-    headers = _parse_headers(header_block, _wanted_headers(options.header_fields))
+    headers = _parse_headers(header_block, _wanted_headers(options.header_fields), c)
     # 8-bit text with no (usable) charset of its own is read with one the message declares
     # elsewhere: in an encoded word of a header, or in a Content-Type.
     encoded_words = b"=?" in header_block
     hint = _encoded_word_charset(headers) if encoded_words else None
-    _read_entities(mail, headers, body, hint, options, budget, defects)
+    _read_entities(mail, headers, body, hint, options, budget, defects, c)
     if hint is None and mail.charsets:
         hint = mail.charsets[0]
     plain = header_block.isascii() and not encoded_words  # nearly all mail: nothing to decode
     default = options.default_charset
-    if plain and _unfold_headers is not None:
-        _unfold_headers(headers, mail.headers)
+    if plain and c is not None:
+        c.unfold_headers(headers, mail.headers)
     else:
         for name, value in headers:
             text = _unfold(value) if plain else decode_header(value, hint, default)
@@ -271,41 +285,68 @@ def read_mail(
     mail.subject = mail.header("subject")
     for name in ("from", "sender", "reply-to"):
         for value in mail.headers.get(name, ()):
-            mail.from_addrs.extend(a.lower() for a in ADDRESS_RE.findall(value))
+            mail.from_addrs += _addresses(value, c)
         if mail.from_addrs:
             break
     for name in ("to", "cc"):
         for value in mail.headers.get(name, ()):
-            mail.to_addrs.extend(a.lower() for a in ADDRESS_RE.findall(value))
+            mail.to_addrs += _addresses(value, c)
     mail.truncated = tuple(budget.hit)
     mail.defects = tuple(defects)
     mail.header_block = header_block
     return mail
 
 
+def _addresses(value: str, c) -> list[str]:
+    """The addresses of a header value, lower-cased (``c``: the C extension, or None)."""
+    if c is not None and value.isascii():
+        return c.addresses(value)
+    return [a.lower() for a in ADDRESS_RE.findall(value)]
+
+
 # Headers always read (the reader itself needs them); ``options.header_fields`` adds more.
 _ALWAYS_READ = ("subject", "from", "to", "cc", "sender", "reply-to", *_MIME_HEADERS)
 
 
+class _Fields(NamedTuple):
+    """The header fields a reader reads: ``pattern`` picks them, and ``_tokens.header_fields``
+    does the same in C with ``names``: (lower-case bytes, str) of each name, None for every
+    field, or :data:`_REGEX_ONLY` for a name that is not a plain field name."""
+
+    pattern: re.Pattern[bytes]
+    names: tuple[tuple[bytes, str], ...] | None | object
+
+
+_REGEX_ONLY = object()
+_EVERY_FIELD_RE = re.compile(rb"^([!-9;-~]+)[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)", re.M)
+_PLAIN_FIELD_NAME_RE = re.compile(rb"[!-9;-~]+")
+
+
 @lru_cache(maxsize=32)
-def _header_re(names: tuple[str, ...]) -> re.Pattern[bytes]:
-    """A regex for the header lines (with their folded continuations) of the fields ``names``.
+def _header_re(names: tuple[str, ...]) -> _Fields:
+    """The header lines (with their folded continuations) of the fields ``names``.
 
     Matching only the wanted fields skips the dozens of ``Received``/``X-`` lines a mail carries
     without making an object for each.
     """
-    alternatives = b"|".join(re.escape(n.encode("ascii", "ignore")) for n in names)
-    return re.compile(rb"^(" + alternatives + rb")[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)", re.M | re.I)
+    encoded = [n.encode("ascii", "ignore") for n in names]
+    alternatives = b"|".join(re.escape(n) for n in encoded)
+    pattern = re.compile(rb"^(" + alternatives + rb")[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)", re.M | re.I)
+    # With names of field-name bytes only, the regex's match is the line's whole name (white
+    # space or the colon ends it), compared without case: what the C scan does.
+    in_c = all(_PLAIN_FIELD_NAME_RE.fullmatch(n) for n in encoded)
+    return _Fields(pattern, tuple((n.lower(), n.lower().decode()) for n in encoded)
+                   if in_c else _REGEX_ONLY)
 
 
 @lru_cache(maxsize=32)
-def _wanted_headers(header_fields: tuple[str, ...]) -> re.Pattern[bytes]:
+def _wanted_headers(header_fields: tuple[str, ...]) -> _Fields:
     if "*" in header_fields:  # every field: any name of printable characters but the colon
-        return re.compile(rb"^([!-9;-~]+)[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)", re.M)
+        return _Fields(_EVERY_FIELD_RE, None)
     return _header_re(tuple(dict.fromkeys(_ALWAYS_READ + header_fields)))
 
 
-_MIME_HEADER_RE = _header_re(_MIME_HEADERS)
+_MIME_FIELDS = _header_re(_MIME_HEADERS)
 
 
 def _split_entity(data: bytes, defects: list[str]) -> tuple[bytes, bytes]:
@@ -392,14 +433,15 @@ def _note(defects: list[str], defect: str) -> None:
         defects.append(defect)
 
 
-def _parse_headers(
-    block: bytes, pattern: re.Pattern[bytes] = _MIME_HEADER_RE
-) -> list[tuple[str, bytes]]:
-    """(lower-case name, raw value) of the header lines ``pattern`` picks, in order."""
+def _parse_headers(block: bytes, fields: _Fields, c) -> list[tuple[str, bytes]]:
+    """(lower-case name, raw value) of the header lines ``fields`` picks, in order, by their
+    regex or in C (``c``: the C extension, or None)."""
     if not block:
         return []
+    if c is not None and fields.names is not _REGEX_ONLY:
+        return c.header_fields(block, fields.names)
     names = _FIELD_NAMES
-    return [(names.get(n) or _field_name(n), v) for n, v in pattern.findall(block)]
+    return [(names.get(n) or _field_name(n), v) for n, v in fields.pattern.findall(block)]
 
 
 # Field name as written -> lower-case text: a stream's mail spells the same few hundred.
@@ -531,8 +573,10 @@ def _read_entities(
     options: FeaturizerOptions,
     budget: Budget,
     defects: list[str],
+    c,
 ) -> None:
-    """Walk the MIME tree depth first, in document order, with an explicit stack."""
+    """Walk the MIME tree depth first, in document order, with an explicit stack (``c``: the
+    C extension for the part headers, or None)."""
     default = options.default_charset
     # (headers, body, depth, the type of a part that declares none: RFC 2046 5.1.5)
     stack: list[tuple[list[tuple[str, bytes]], bytes, int, str]] = [
@@ -576,7 +620,8 @@ def _read_entities(
                 for child in reversed(children):
                     child_headers, child_body = _split_entity(child, defects)
                     stack.append(
-                        (_parse_headers(child_headers), child_body, depth + 1, child_type)
+                        (_parse_headers(child_headers, _MIME_FIELDS, c), child_body, depth + 1,
+                         child_type)
                     )
                 continue
             # no parts in it: its body is the text
@@ -587,7 +632,8 @@ def _read_entities(
                 budget.exceeded("max_depth")
                 continue
             inner_headers, inner_body = _split_entity(body, defects)
-            stack.append((_parse_headers(inner_headers), inner_body, depth + 1, "text/plain"))
+            inner = _parse_headers(inner_headers, _MIME_FIELDS, c)
+            stack.append((inner, inner_body, depth + 1, "text/plain"))
             continue
         disposition, disposition_params = _content_type(
             _header_value(headers, "content-disposition") or "x/inline"

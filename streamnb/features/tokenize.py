@@ -166,6 +166,8 @@ class Tokenizer:
         elif native and _tokens is None:
             raise RuntimeError("the C extension streamnb.features._tokens is not built")
         _native_path.log_path_once(native)
+        #: Whether this tokenizer (and the featurizer around it) runs the C extension.
+        self.native: bool = bool(native)
         # The same rule in C: finds the words in one pass and makes one str per distinct word.
         self._native = (
             _tokens.WordCounter(*self._bounds, options.word_joiners, options.join_digits)

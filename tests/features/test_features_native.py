@@ -16,7 +16,15 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streamnb.features import Featurizer, FeaturizerOptions, Tokenizer, mail, native
+from streamnb.features import (
+    Featurizer,
+    FeaturizerOptions,
+    Tokenizer,
+    featurizer,
+    header_layout,
+    mail,
+    native,
+)
 from streamnb.features import tokenize as tokenize_module
 from tests.features.token_digests import CORPORA, OPTION_SETS
 
@@ -37,7 +45,7 @@ def test_the_c_extension_is_built_and_used_unless_pure_python_is_asked_for():
     )
     assert native.enabled()
     assert Featurizer().tokenizer._native is not None
-    assert mail._unfold_headers is not None
+    assert mail._in_c is not None
 
 
 def test_pure_python_is_chosen_by_the_environment(monkeypatch):
@@ -167,6 +175,92 @@ def test_unfolding_refuses_what_is_not_an_ascii_field():
         _tokens.unfold_headers([("subject", b"x")], {"subject": "not a list"})
 
 
+header_blocks = st.lists(
+    st.one_of(
+        st.sampled_from([b"From", b"X-Mailer", b"SUBJECT", b"Received", b"a", b":", b": ", b" ",
+                         b"\t", b"\n", b"\n ", b"\n\t", b"\r", b"\x00", b"\x0b", b"\x0c",
+                         b"\x1c", b"\x7f", b"\xb0", b"\xa1\xa1", b"=?gb2312?B?", b"<a@b.cn>",
+                         b"123", b"Aa9", b";", b"/", b'"']),
+        st.binary(max_size=6),
+    ),
+    max_size=60,
+).map(b"".join)
+
+
+def layout_in_python(block, shortest, longest, shapes, counts=None):
+    counts = Counter() if counts is None else counts
+    featurizer._add_header_layout(block, shortest, longest, shapes, counts)
+    return counts
+
+
+@settings(max_examples=1000, deadline=None)
+@given(block=header_blocks, shortest=st.integers(1, 5), extra=st.integers(-1, 3),
+       shapes=st.booleans())
+@example(block=b"A: x\n\nB: y\n \nC:\n\tz\r\nD :e", shortest=1, extra=2, shapes=True)
+@example(block=b"F: " + b"a1 \xb0" * 100 + b"\n\tb", shortest=2, extra=0, shapes=True)
+def test_header_layout_tokens_equal_the_python_rules(block, shortest, extra, shapes):
+    longest = 0 if extra < 0 else shortest + extra
+    counts = {"order:^>a": 5}  # added to, like the message's other tokens
+    _tokens.header_layout(block, shortest, longest, shapes, counts)
+    expected = layout_in_python(block, shortest, longest, shapes, Counter({"order:^>a": 5}))
+    assert counts == expected
+    assert list(counts) == list(expected)  # the same insertion order as Counter.update
+
+
+def fields_by_regex(block, fields):
+    return mail._parse_headers(block, fields, None)  # the reader's regexes
+
+
+field_lists = st.sampled_from([
+    FeaturizerOptions().header_fields, ("*",), ("subject",), ("x-a", "x-ab", "a"),
+])
+
+
+@settings(max_examples=1000, deadline=None)
+@given(block=header_blocks, header_fields=field_lists)
+@example(block=b"Subject : x\nSUBJECT:\n\ty\nSubjects: z\n subject: w\nX-AB:1\nx-a :2",
+         header_fields=("x-a", "x-ab", "a"))
+def test_header_fields_are_read_as_the_regexes_read_them(block, header_fields):
+    for fields in (mail._wanted_headers(header_fields), mail._MIME_FIELDS):
+        assert mail._parse_headers(block, fields, _tokens) == fields_by_regex(block, fields)
+
+
+def test_names_that_are_not_plain_field_names_are_read_by_the_regex():
+    # A configured name with a space or a colon in it, or none left once encoded as ASCII,
+    # matches what only the regex can say; the C scan is not used for it.
+    for names in (("x y",), ("a:b",), ("é",)):
+        fields = mail._header_re(names)
+        assert fields.names is mail._REGEX_ONLY
+    block = b"X Y: 1\nA:B: 2\n: 3\nSubject: 4"
+    fields = mail._header_re(("x y", "é"))
+    assert mail._parse_headers(block, fields, _tokens) == [("x y", b"1"), ("", b"3")]
+    for bad in (((b"Subject", "subject"),), ((b"", ""),), ((b"a b", "a b"),), [],
+                ((b"subject",),), ((b"subject", b"subject"),)):
+        with pytest.raises(TypeError):
+            _tokens.header_fields(b"Subject: x", bad)
+
+
+def test_header_layout_reads_at_most_max_fields_and_long_names_whole():
+    many = b"".join(b"X-%d: v %d\n" % (k, k) for k in range(3 * header_layout.MAX_FIELDS))
+    long_name = b"N" * 100_000 + b": " + b"v" * 1_000_000 + b"\n\t" + b"\xff" * 500_000
+    for block in (many, long_name, b"", b"\n\n", b":x", b"no field here"):
+        for shortest, longest in ((1, 1), (3, 4), (2, 0)):
+            counts = {}
+            _tokens.header_layout(block, shortest, longest, True, counts)
+            assert counts == layout_in_python(block, shortest, longest, True)
+
+
+def test_header_layout_refuses_bad_arguments():
+    for args in ((b"A: b", 0, 4, True, {}), (b"A: b", 1, -1, True, {}),
+                 ("A: b", 1, 4, True, {}), (b"A: b", 1, 4, True, [])):
+        with pytest.raises((TypeError, ValueError)):
+            _tokens.header_layout(*args)
+    counts = {"order:^>a": "not a number"}
+    with pytest.raises(TypeError):
+        _tokens.header_layout(b"a: b", 2, 2, False, counts)
+    assert counts == {"order:^>a": "not a number"}
+
+
 address_values = st.lists(
     st.one_of(
         st.sampled_from(["Ann", "<", ">", "@", ".", "-", "_", "+", "!", "'", '"', " ", ",", "co",
@@ -190,6 +284,53 @@ def test_header_tokens_equal_the_python_path(values, subject, address_words, low
     assert in_c._header_tokens(parsed) == in_python._header_tokens(parsed)
 
 
+@settings(max_examples=400, deadline=None)
+@given(headers=st.dictionaries(
+           st.sampled_from(["from", "to", "cc", "subject", "received", "x-mailer", "reply-to"]),
+           st.lists(address_values, max_size=4), max_size=7),
+       every_field=st.booleans(), address_words=st.booleans(), lowercase=st.booleans())
+@example(headers={"received": ["by a.b", "from Ünïcode"], "to": ["x@y.cn", "Zoë <z@q.de>"]},
+         every_field=False, address_words=False, lowercase=True)
+def test_every_header_field_gives_the_tokens_of_the_python_path(
+    headers, every_field, address_words, lowercase
+):
+    # Several values a field, ASCII and not (the C call leaves those to Python), every field
+    # ("*") or the default list.
+    options = {"address_words": address_words, "lowercase": lowercase}
+    if every_field:
+        options["header_fields"] = ["*"]
+    parsed = mail.ParsedMail(headers=headers)
+    in_c = Featurizer(FeaturizerOptions(**options), native=True)
+    in_python = Featurizer(FeaturizerOptions(**options), native=False)
+    assert in_c._header_tokens(parsed) == in_python._header_tokens(parsed)
+
+
+def test_count_header_fields_refuses_bad_arguments():
+    counter = Tokenizer(native=True)._native
+    labels = frozenset({"co"})
+    for fields, headers in ((("subject",), {}), ((("subject", 3, False),), {}),
+                            ((("subject", "subject:", False),), {"subject": "not a list"}),
+                            ((("subject", "subject:", False),), {"subject": [b"bytes"]}),
+                            ((("to", "to:", True),), {"to": [3]})):
+        with pytest.raises(TypeError):
+            counter.count_header_fields(fields, headers, {}, labels, False, True)
+    left = counter.count_header_fields((("subject", "subject:", False), ("to", "to:", True)),
+                                       {"subject": ["é a", "b"], "to": ["Zoë <z@q.de>"]}, {},
+                                       labels, False, True)
+    assert left == [("subject:", "é a\nb", False), ("to:", "Zoë <z@q.de>", True)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(value=address_values)
+@example(value="Ann <Ann.Lee@Mail.Example.CO.UK>, b@c.d, x@y, a@b@c.org, .a@b.cc., a@-.-")
+def test_addresses_are_found_as_the_address_regex_finds_them(value):
+    if value.isascii():
+        assert _tokens.addresses(value) == [a.lower() for a in mail.ADDRESS_RE.findall(value)]
+    else:
+        with pytest.raises(ValueError):
+            _tokens.addresses(value)
+
+
 def test_long_runs_are_linear_and_dropped_or_kept_as_the_rules_say():
     native, python = pair()
     for text in ("a" * 1_000_000, "a-" * 500_000, "_" * 1_000_000, "-" * 1_000_000,
@@ -200,6 +341,7 @@ def test_long_runs_are_linear_and_dropped_or_kept_as_the_rules_say():
     for value in ("a@" * 300_000, "a" * 500_000 + "@b", "a@b." * 200_000, "." * 500_000):
         parsed = mail.ParsedMail(headers={"from": [value]})
         assert in_c._header_tokens(parsed) == in_python._header_tokens(parsed)
+        assert _tokens.addresses(value) == [a.lower() for a in mail.ADDRESS_RE.findall(value)]
 
 
 def test_bad_arguments_raise_and_leave_the_counts_usable():
@@ -244,18 +386,13 @@ def test_every_message_of_every_corpus_gives_the_same_features(data_dir, corpus)
                Featurizer(FeaturizerOptions(**o), native=False))
         for name, o in OPTION_SETS.items()
     }
-    unfold_in_c = mail._unfold_headers
     differing: list[tuple[str, str]] = []
     n = 0
     for member, raw in _messages(data_dir, corpus):
         n += 1
         for name, (in_c, in_python) in featurizers.items():
             read_in_c = in_c.read(raw)
-            mail._unfold_headers = None  # the reader's pure-Python path
-            try:
-                read_in_python = in_python.read(raw)
-            finally:
-                mail._unfold_headers = unfold_in_c
+            read_in_python = in_python.read(raw)  # the reader's pure-Python path too
             a, b = in_c.from_mail(read_in_c), in_python.from_mail(read_in_python)
             if read_in_c != read_in_python or (a.tokens, a.numeric, a.truncated, a.defects) != (
                 b.tokens, b.numeric, b.truncated, b.defects

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamnb.features import Featurizer, FeaturizerOptions, read_mail
+from streamnb.features import html as html_module
 from streamnb.features import mail as mail_module
 from streamnb.features.charsets import codec_for, decode_text
 
@@ -162,6 +163,23 @@ def test_html_invisible_parts_are_dropped_and_title_kept():
     assert "Cheap meds" in text and "Buy & save" in text
     for hidden in ("color", "track", "hidden"):
         assert hidden not in text
+
+
+markup_pieces = st.lists(
+    st.sampled_from(["<", "s", "S", "<s", "<S", "cript", "CRIPT", "tyle", "TYLE", "<script",
+                     "<Style", "<noscript", "<sCript", "<NOSCRIPT", "<no", "script", ">", " ",
+                     "é", "\U0001f600", "<p>"]),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(markup=markup_pieces)
+def test_the_invisible_mark_search_is_the_check_for_each_spelling(markup):
+    # One regex search stands for a substring check of each spelling: the same answer, so
+    # the same documents get their script/style elements stripped.
+    found = html_module._INVISIBLE_MARK_RE.search(markup) is not None
+    assert found == any(mark in markup for mark in html_module._INVISIBLE_MARKS)
 
 
 @pytest.mark.parametrize("method", ["selectolax", "strip"])
