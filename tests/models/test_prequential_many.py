@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamnb.models import TEXTBOOK_OPTIONS, ModelInputError, make_model
+from streamnb.models import TEXTBOOK_OPTIONS, ModelInputError, _prequential, make_model
 from streamnb.models._text import SHORT_MESSAGE_TOKENS
 from streamnb.models.presets import MAIL
 from tests.models.test_models_short_path import replay
@@ -56,6 +56,20 @@ OPTIONS = [{**MAIL, **options} for options in [
     {"n_buckets": 64},
 ]] + [TEXTBOOK_OPTIONS]
 options = st.sampled_from(OPTIONS)
+
+
+@pytest.fixture(scope="module", params=["c", "numpy"], autouse=True)
+def step_kind(request):
+    """Every test runs with each implementation of the batch step: the C one
+    (``streamnb.models._step``, built by the set-up) and the numpy one beside it."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "numpy":
+            patch.setenv(_prequential.PURE_PYTHON_ENV, "1")
+        else:
+            patch.delenv(_prequential.PURE_PYTHON_ENV, raising=False)
+            assert _prequential._native is not None, "the C step is not built (make setup)"
+        assert _prequential.native() == (request.param == "c")
+        yield request.param
 
 
 def loop(model, xs, ys):
@@ -304,6 +318,40 @@ def test_long_messages_are_stepped_together_as_the_loop_steps_them(
     assert batched.to_state() == looped.to_state()
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(VECTORISED_OPTIONS), mail_prior, mail_stream, mail_stream,
+       st.integers(1, 60))
+def test_the_daemons_bookkeeping_last_seen_stamps_changed_keys_and_expiry_are_the_loops(
+        monkeypatch, opts, events, batch, second, max_tokens):
+    """A model as the daemon runs it (last-seen stamps for token expiry, change tracking for
+    the changelog): after a batch step, the stamps and the clock (in the state), the keys
+    written and their values, and what expiry then removes are the loop's; and so after a
+    second batch on the expired model."""
+    looped, batched = pair(opts, events)
+    for model in (looped, batched):
+        model.track_last_seen()
+    for step in (batch, second):
+        for model in (looped, batched):
+            model.mark_changes()
+        xs = [x for x, _ in step]
+        ys = [y for _, y in step]
+        expected = loop(looped, xs, ys)
+        with monkeypatch.context() as patch:
+            no_loop(batched, patch)
+            assert_same_probas(expected, batched.prequential_many(xs, ys), tolerance=1e-12)
+        assert batched.to_state() == looped.to_state()
+        keys = sorted(looped.changed_keys())
+        assert sorted(batched.changed_keys()) == keys
+        assert batched.stat_values(keys) == looped.stat_values(keys)
+        assert batched.expire(max_tokens) == looped.expire(max_tokens)
+        assert batched.to_state() == looped.to_state()
+        assert sorted(batched.changed_keys()) == sorted(looped.changed_keys())
+    for x, _ in second[:5]:
+        assert_same_probas([looped.predict_proba_one(x)], [batched.predict_proba_one(x)],
+                           tolerance=1e-12)
+
+
 def test_a_long_message_the_step_cannot_take_is_looped_between_vectorised_runs(monkeypatch):
     """A float count in one long mail: that mail alone takes the loop, in its place."""
     rng = random.Random(5)
@@ -411,7 +459,7 @@ def _short_path_spreads(model, x: dict) -> dict[str, float]:
     (21527, 2, _short_path_spreads),
 ], ids=["long: the array path's spread", "short: the short path's spread"])
 def test_a_spread_exactly_at_min_spread_keeps_the_token_as_the_loop_does(
-        monkeypatch, count, length, spreads_of):
+        monkeypatch, step_kind, count, length, spreads_of):
     """min_spread set to a token's very spread, as the loop's path for that message computes
     it: the loop keeps the token (spread >= min_spread), and so must the vectorised step, even
     where the other path's logs put the spread an ulp below the threshold."""
@@ -434,5 +482,15 @@ def test_a_spread_exactly_at_min_spread_keeps_the_token_as_the_loop_does(
     expected = loop(looped, xs, ys)
     assert expected[0]["ham"] > 0.75  # "t" was kept: without it the classes tie
     with monkeypatch.context() as patch:
-        no_loop(batched, patch)
-        assert_same_probas(expected, batched.prequential_many(xs, ys), tolerance=1e-12)
+        if step_kind == "numpy":  # recomputes the spread with the loop's expression
+            no_loop(batched, patch)
+            assert_same_probas(expected, batched.prequential_many(xs, ys), tolerance=1e-12)
+        else:  # hands the message to the loop, and steps the rest itself
+            stepped = []
+            original = batched._prequential_loop
+            patch.setattr(batched, "_prequential_loop",
+                          lambda a, b: stepped.append(a) or original(a, b))
+            assert_same_probas(expected, batched.prequential_many(xs, ys), tolerance=1e-12)
+            # both hold "t", whose spread is the threshold when each is scored
+            assert stepped == [[xs[0]], [xs[1]]]
+    assert batched.to_state() == looped.to_state()
