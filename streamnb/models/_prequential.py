@@ -181,7 +181,8 @@ class _InternedBatch:
         values = np.empty(n)
         lengths = np.empty(len(xs), dtype=np.int64)
         n_indexed = len(model._keys)
-        read = _native.intern(list(xs), list(ys), model._index, n_indexed, ids, values, lengths)
+        read = _native.intern(list(xs), list(ys), _token_table(model), model._keys, ids,
+                              values, lengths)
         if read is None:
             return None
         distinct, rows, new_keys = read
@@ -192,6 +193,42 @@ class _InternedBatch:
         """The rows of the distinct tokens the model indexed before the batch."""
         rows = self.distinct_rows
         return rows[(rows >= 0) & (rows < self.n_indexed)]
+
+
+class _TokenTable:
+    """The C step's look-up table of a model's tokens (see ``_step.c``): ``slots`` over the
+    rows of ``keys`` (the model's list) up to ``n_rows``, by the str hashes of the process
+    that built it (``seed``), at most half of them used."""
+
+    def __init__(self, keys: list):
+        room = len(keys) + max(len(keys) // 2, 1 << 11)  # grown by half, as the counts
+        self.keys = keys
+        self.slots = np.zeros(1 << (2 * room - 1).bit_length(), dtype=np.int64)
+        self.n_rows = 0
+        self.seed = hash(_SEED)
+
+    def serves(self, keys: list) -> bool:
+        """Whether it holds the rows of ``keys`` (or of a prefix of it), in this process, with
+        room for all of them."""
+        return (self.keys is keys and self.n_rows <= len(keys) and self.seed == hash(_SEED)
+                and 2 * len(keys) <= self.slots.size)
+
+
+_SEED = "streamnb token table"
+
+
+def _token_table(model: MultinomialNB) -> np.ndarray:
+    """The model's token table, with every row it has: built on the first batch, after the
+    rows were renumbered (expiry), when full, or in another process (a pickled model); else
+    the rows indexed since the last batch are added."""
+    table = model._token_table
+    keys = model._keys
+    if table is None or not table.serves(keys):
+        table = model._token_table = _TokenTable(keys)
+    if table.n_rows < len(keys):
+        _native.table_insert(table.slots, keys, table.n_rows)
+        table.n_rows = len(keys)
+    return table.slots
 
 
 def _read(model: MultinomialNB, xs: list, ys: list) -> _Batch | _InternedBatch | None:

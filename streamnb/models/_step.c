@@ -4,17 +4,20 @@
  * Python-side bookkeeping (row creation, caches, change tracking) and the numpy step that is
  * the reference and the fallback:
  *
- *   intern(xs, ys, index, n_indexed, ids, values, lengths) -> (list, bytearray, list) | None
+ *   intern(xs, ys, table, keys, ids, values, lengths) -> (list, bytearray, list) | None
  *       One pass over the batch's messages (dicts token -> count): each occurrence's count
  *       into ``values`` (float64), its message's length into ``lengths`` (int64), and the
  *       number of its token among the batch's distinct tokens (numbered by first occurrence)
  *       into ``ids`` (int64). Returns the distinct tokens in that order; their rows (int64):
- *       the row in the model's ``index`` (looked up once per batch), else the row the token
- *       will get if a labelled message (``ys[i]`` not None) holds it, else -1; and the tokens
- *       to index, in the order of those rows (the loop's order: by first labelled occurrence,
- *       after the ``n_indexed`` rows there are). None when a message is not a dict of exact
- *       ``str`` tokens with exact ``int`` counts in [1, 2**46) (the caller then takes the
- *       per-example path).
+ *       the model's row (``keys[row]`` is the token; found through the token ``table``, once
+ *       per batch), else the row the token will get if a labelled message (``ys[i]`` not
+ *       None) holds it, else -1; and the tokens to index, in the order of those rows (the
+ *       loop's order: by first labelled occurrence, after the model's ``len(keys)`` rows).
+ *       None when a message is not a dict of exact ``str`` tokens with exact ``int`` counts
+ *       in [1, 2**46) (the caller then takes the per-example path).
+ *
+ *   table_insert(table, keys, start)
+ *       Adds the rows ``keys[start:]`` to a token table (see below).
  *
  *   step(rows, lengths, values, columns, counts, nnz, n_docs, totals, seen, labels, vocab,
  *        clock, start, options) -> (done, vocab, clock, probas)
@@ -100,40 +103,153 @@ int64s_append(Int64s *a, int64_t value)
     return 0;
 }
 
-/* The row of ``key`` in ``index`` (-1: not indexed; -2: an error is set). */
-static int64_t
-row_in(PyObject *index, PyObject *key)
+/* The model's token table: open addressing over the rows of its tokens, a slot per power of
+ * two, at most half of them used. A slot is 0 (empty) or ((row + 1) << 32) | (the low 32 bits
+ * of the token's hash), so a probe compares the hash without reading the token's str, and
+ * reads the str (``keys[row]``) only to confirm a match. Unlike the model's index (a dict of
+ * str, which keeps no hashes), the table lets a batch's look-ups be fetched ahead. Python's
+ * str hashes are those of this process: the caller rebuilds the table in another one. */
+
+static inline uint64_t
+slot_of(int64_t row, Py_hash_t hash)
 {
-    PyObject *row = PyDict_GetItemWithError(index, key);
-    if (row == NULL)
-        return PyErr_Occurred() ? -2 : -1;
-    long long value = PyLong_AsLongLong(row);
-    if (value < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "intern: a negative row in the index");
-        return -2;
+    return ((uint64_t)(row + 1) << 32) | (uint32_t)hash;
+}
+
+static int64_t
+table_find(const uint64_t *slots, size_t mask, PyObject *keys, Py_hash_t hash, PyObject *key)
+{
+    Py_ssize_t n_keys = PyList_GET_SIZE(keys);
+    for (size_t i = (size_t)hash & mask;; i = (i + 1) & mask) {
+        uint64_t slot = slots[i];
+        if (slot == 0)
+            return -1;
+        if ((uint32_t)slot != (uint32_t)hash)
+            continue;
+        Py_ssize_t row = (Py_ssize_t)(slot >> 32) - 1;
+        if (row >= n_keys)
+            continue; /* not the caller's table (checked by the caller): never a match */
+        PyObject *candidate = PyList_GET_ITEM(keys, row);
+        if (candidate == key || (PyUnicode_CheckExact(candidate) && same_str(candidate, key)))
+            return row;
     }
-    return value;
+}
+
+static int
+get_table(PyObject *obj, Py_buffer *view, size_t *mask)
+{
+    if (get_buffer(obj, view, 8, 1, "table") < 0)
+        return -1;
+    size_t n = (size_t)(view->len / 8);
+    if (n == 0 || (n & (n - 1))) {
+        PyErr_SetString(PyExc_ValueError, "table: its size must be a power of two");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    *mask = n - 1;
+    return 0;
+}
+
+static PyObject *
+table_insert(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *table_obj, *keys;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "OO!n", &table_obj, &PyList_Type, &keys, &start))
+        return NULL;
+    Py_buffer view;
+    size_t mask;
+    if (get_table(table_obj, &view, &mask) < 0)
+        return NULL;
+    uint64_t *slots = view.buf;
+    Py_ssize_t n_keys = PyList_GET_SIZE(keys);
+    if (start < 0 || (size_t)n_keys > (mask + 1) / 2) {
+        PyErr_SetString(PyExc_ValueError, "table_insert: the table is too small");
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    for (Py_ssize_t row = start; row < n_keys; row++) {
+        PyObject *key = PyList_GET_ITEM(keys, row);
+        if (!PyUnicode_CheckExact(key)) {
+            PyErr_SetString(PyExc_TypeError, "table_insert: tokens must be str");
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        Py_hash_t hash = PyObject_Hash(key);
+        if (hash == -1) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        size_t i = (size_t)hash & mask;
+        while (slots[i] != 0)
+            i = (i + 1) & mask;
+        slots[i] = slot_of(row, hash);
+    }
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+/* The rows of ``n`` distinct tokens (``items``, their hashes in ``hashes``) in the table, into
+ * ``rows`` (-1: not there). The look-ups are pipelined: the slot of the token 24 ahead, the
+ * row's entry in ``keys`` of the token 12 ahead and the str of the token 4 ahead are fetched
+ * while this one is compared, so the cache misses of many look-ups overlap. */
+static void
+table_find_all(const uint64_t *slots, size_t mask, PyObject *keys, PyObject **items,
+               const int64_t *hashes, size_t n, int64_t *rows, int64_t *candidates)
+{
+    PyObject **key_items = ((PyListObject *)keys)->ob_item;
+    Py_ssize_t n_keys = PyList_GET_SIZE(keys);
+    for (size_t i = 0; i < n; i++) {
+        if (i + 24 < n)
+            __builtin_prefetch(&slots[(size_t)hashes[i + 24] & mask]);
+        if (i + 12 < n) {
+            uint64_t slot = slots[(size_t)hashes[i + 12] & mask];
+            int64_t row = -1;
+            if (slot != 0 && (uint32_t)slot == (uint32_t)hashes[i + 12]) {
+                row = (int64_t)(slot >> 32) - 1;
+                if (row < n_keys)
+                    __builtin_prefetch(&key_items[row]);
+                else
+                    row = -1;
+            }
+            candidates[i + 12] = row;
+        }
+        if (i + 4 < n && candidates[i + 4] >= 0) {
+            const char *str = (const char *)key_items[candidates[i + 4]];
+            __builtin_prefetch(str);
+            __builtin_prefetch(str + 64);
+        }
+        rows[i] = table_find(slots, mask, keys, (Py_hash_t)hashes[i], items[i]);
+    }
 }
 
 static PyObject *
 intern_(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *xs, *ys, *index, *ids_obj, *values_obj, *lengths_obj;
-    Py_ssize_t n_indexed;
-    if (!PyArg_ParseTuple(args, "O!O!O!nOOO", &PyList_Type, &xs, &PyList_Type, &ys,
-                          &PyDict_Type, &index, &n_indexed, &ids_obj, &values_obj,
+    PyObject *xs, *ys, *table_obj, *keys, *ids_obj, *values_obj, *lengths_obj;
+    if (!PyArg_ParseTuple(args, "O!O!OO!OOO", &PyList_Type, &xs, &PyList_Type, &ys,
+                          &table_obj, &PyList_Type, &keys, &ids_obj, &values_obj,
                           &lengths_obj))
         return NULL;
-    Py_buffer ids_b, values_b, lengths_b;
-    if (get_buffer(ids_obj, &ids_b, 8, 1, "ids") < 0)
+    Py_ssize_t n_indexed = PyList_GET_SIZE(keys);
+    Py_buffer table_b;
+    size_t table_mask;
+    if (get_table(table_obj, &table_b, &table_mask) < 0)
         return NULL;
+    Py_buffer ids_b, values_b, lengths_b;
+    if (get_buffer(ids_obj, &ids_b, 8, 1, "ids") < 0) {
+        PyBuffer_Release(&table_b);
+        return NULL;
+    }
     if (get_buffer(values_obj, &values_b, 8, 1, "values") < 0) {
+        PyBuffer_Release(&table_b);
         PyBuffer_Release(&ids_b);
         return NULL;
     }
     if (get_buffer(lengths_obj, &lengths_b, 8, 1, "lengths") < 0) {
+        PyBuffer_Release(&table_b);
         PyBuffer_Release(&ids_b);
         PyBuffer_Release(&values_b);
         return NULL;
@@ -142,7 +258,8 @@ intern_(PyObject *self, PyObject *args)
     double *values = values_b.buf;
     Py_ssize_t n_occurrences = ids_b.len / 8, n_messages = PyList_GET_SIZE(xs);
     PyObject *result = NULL, *distinct = NULL, *new_keys = NULL;
-    Int64s rows = {NULL, 0, 0};
+    Int64s hashes = {NULL, 0, 0}, labelled_order = {NULL, 0, 0};
+    Int64s labelled_seen = {NULL, 0, 0}, candidates = {NULL, 0, 0};
     PyObject **message_items = NULL; /* borrowed: one message's keys, then its values */
     Py_ssize_t message_capacity = 0;
     size_t capacity = 4096, used = 0;
@@ -219,8 +336,8 @@ intern_(PyObject *self, PyObject *args)
                 table[i].key = key;
                 table[i].hash = hash;
                 table[i].id = id;
-                int64_t row = row_in(index, key);
-                if (row == -2 || PyList_Append(distinct, key) < 0 || int64s_append(&rows, row) < 0)
+                if (PyList_Append(distinct, key) < 0 || int64s_append(&hashes, hash) < 0
+                    || int64s_append(&labelled_seen, 0) < 0)
                     goto done;
                 if (2 * used > capacity) { /* grow: rehash every slot */
                     size_t bigger = 2 * capacity;
@@ -244,10 +361,9 @@ intern_(PyObject *self, PyObject *args)
             } else {
                 id = table[i].id;
             }
-            /* a token the model will index: at its first labelled occurrence, as the loop */
-            if (labelled && rows.items[id] == -1) {
-                rows.items[id] = n_indexed + PyList_GET_SIZE(new_keys);
-                if (PyList_Append(new_keys, key) < 0)
+            if (labelled && !labelled_seen.items[id]) {
+                labelled_seen.items[id] = 1;
+                if (int64s_append(&labelled_order, id) < 0)
                     goto done;
             }
             ids[at++] = id;
@@ -257,10 +373,32 @@ intern_(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "intern: fewer occurrences than the buffers hold");
         goto done;
     }
-    PyObject *row_bytes = PyByteArray_FromStringAndSize((const char *)rows.items,
-                                                        (Py_ssize_t)(used * 8));
+    /* each distinct token looked up once, then the ones the model will index: at their
+     * first labelled occurrence, as the loop indexes them */
+    PyObject *row_bytes = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(used * 8));
     if (row_bytes == NULL)
         goto done;
+    int64_t *row_of = (int64_t *)PyByteArray_AS_STRING(row_bytes);
+    candidates.items = malloc((used + 1) * sizeof(int64_t));
+    if (candidates.items == NULL) {
+        Py_DECREF(row_bytes);
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < used; i++)
+        candidates.items[i] = -1;
+    table_find_all(table_b.buf, table_mask, keys, ((PyListObject *)distinct)->ob_item,
+                   hashes.items, used, row_of, candidates.items);
+    for (size_t k = 0; k < labelled_order.n; k++) {
+        int64_t id = labelled_order.items[k];
+        if (row_of[id] == -1) {
+            row_of[id] = n_indexed + PyList_GET_SIZE(new_keys);
+            if (PyList_Append(new_keys, PyList_GET_ITEM(distinct, id)) < 0) {
+                Py_DECREF(row_bytes);
+                goto done;
+            }
+        }
+    }
     result = PyTuple_Pack(3, distinct, row_bytes, new_keys);
     Py_DECREF(row_bytes);
     goto done;
@@ -272,7 +410,11 @@ reject:
 done:
     free(table);
     free(message_items);
-    free(rows.items);
+    free(hashes.items);
+    free(labelled_order.items);
+    free(labelled_seen.items);
+    free(candidates.items);
+    PyBuffer_Release(&table_b);
     Py_XDECREF(distinct);
     Py_XDECREF(new_keys);
     PyBuffer_Release(&ids_b);
@@ -583,6 +725,8 @@ done:
 }
 
 static PyMethodDef methods[] = {
+    {"table_insert", table_insert, METH_VARARGS,
+     "table_insert(table, keys, start): add the rows keys[start:] to a token table"},
     {"intern", intern_, METH_VARARGS,
      "intern(xs, ys, index, n_indexed, ids, values, lengths): read a batch's tokens and counts (see the module doc)"},
     {"step", step, METH_VARARGS,

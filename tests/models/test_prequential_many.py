@@ -494,3 +494,52 @@ def test_a_spread_exactly_at_min_spread_keeps_the_token_as_the_loop_does(
             # both hold "t", whose spread is the threshold when each is scored
             assert stepped == [[xs[0]], [xs[1]]]
     assert batched.to_state() == looped.to_state()
+
+
+def test_a_batch_of_more_new_tokens_than_the_token_table_has_room_for(step_kind):
+    """40,000 tokens first seen in one batch, then again in the next (the C step's look-up
+    table is built again, larger, on the way): the loop's probabilities and state."""
+    xs = [{f"t{i}-{k}": 1 for k in range(1000)} | {"shared": 1, f"t{i - 1}-0": 2}
+          for i in range(40)]
+    ys = [["ham", "spam", None][i % 3] for i in range(40)]
+    looped, batched = make_model("multinomial", **MAIL), make_model("multinomial", **MAIL)
+    for _ in range(2):
+        assert_same_probas(loop(looped, xs, ys), batched.prequential_many(xs, ys),
+                           tolerance=1e-12)
+        assert batched.to_state() == looped.to_state()
+
+
+def test_a_model_moved_to_another_process_steps_as_the_loop_there(tmp_path, step_kind):
+    """A model pickled after batch steps and loaded by a process whose str hashes differ
+    (another PYTHONHASHSEED): its batch steps there are still the loop's."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    rng = random.Random(3)
+    xs = [_mail(rng.randint(60, 120), rng.randrange(2**16)) for _ in range(60)]
+    ys = [rng.choice(["ham", "spam", None]) for _ in xs]
+    model = make_model("multinomial", **MAIL)
+    for start in range(0, 30, 10):  # the C step's table holds the rows of the first two
+        model.prequential_many(xs[start:start + 10], ys[start:start + 10])
+    (tmp_path / "model.pickle").write_bytes(pickle.dumps((model, xs[30:], ys[30:])))
+    script = (
+        "import pickle, sys\n"
+        "from tests.models.test_prequential_many import assert_same_probas, loop\n"
+        "model, xs, ys = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+        "looped = model.copy()\n"
+        "expected = loop(looped, xs, ys)\n"
+        "got = model.prequential_many(xs[:15], ys[:15])\n"
+        "got += model.prequential_many(xs[15:], ys[15:])\n"
+        "assert_same_probas(expected, got, tolerance=1e-12)\n"
+        "assert model.to_state() == looped.to_state()\n"
+        "print('same')\n")
+    seed = "12345" if os.environ.get("PYTHONHASHSEED") != "12345" else "54321"
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    if step_kind == "numpy":
+        env[_prequential.PURE_PYTHON_ENV] = "1"
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "model.pickle")],
+                         capture_output=True, text=True, env=env, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert out.stdout.strip() == "same"
