@@ -425,6 +425,58 @@ done:
 
 /* -- step --------------------------------------------------------------------------------- */
 
+/* log(k + alpha) and log(1 + k) for the integer counts k below ``n``: the very bits libm's log
+ * gives for them (the short path's math.log), looked up instead of computed, as most counts
+ * are small. Kept between calls (the GIL is held throughout), for the last alpha used. */
+static struct {
+    double alpha;
+    size_t n;
+    double *log_smoothed, *log_one_plus;
+} logs = {0.0, 0, NULL, NULL};
+
+#define LOG_TABLE_MAX ((size_t)1 << 16)
+
+static int
+ensure_logs(double alpha, size_t n)
+{
+    if (n > LOG_TABLE_MAX)
+        n = LOG_TABLE_MAX;
+    if (logs.alpha == alpha && logs.n >= n)
+        return 0;
+    if (n < logs.n)
+        n = logs.n;
+    double *smoothed = malloc(n * sizeof(double)), *one_plus = malloc(n * sizeof(double));
+    if (smoothed == NULL || one_plus == NULL) {
+        free(smoothed);
+        free(one_plus);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++) {
+        smoothed[k] = log((double)k + alpha);
+        one_plus[k] = log(1.0 + (double)k);
+    }
+    free(logs.log_smoothed);
+    free(logs.log_one_plus);
+    logs.alpha = alpha;
+    logs.n = n;
+    logs.log_smoothed = smoothed;
+    logs.log_one_plus = one_plus;
+    return 0;
+}
+
+static inline double
+log_smoothed(double count, double alpha)
+{
+    return count < (double)logs.n ? logs.log_smoothed[(size_t)count] : log(count + alpha);
+}
+
+static inline double
+log_one_plus(double count)
+{
+    return count < (double)logs.n ? logs.log_one_plus[(size_t)count] : log(1.0 + count);
+}
+
 /* Neumaier's compensated sum. */
 typedef struct {
     double sum, compensation;
@@ -539,6 +591,12 @@ step(PyObject *self, PyObject *args)
     }
     double *log_prior = per_class, *log_denominators = per_class + n_columns + 1,
            *scores = per_class + 2 * (n_columns + 1);
+    /* the counts are integers (the caller checks): most are below the messages learned */
+    double most = 2.0;
+    for (Py_ssize_t c = 0; c < n_columns; c++)
+        most += n_docs[c];
+    if (ensure_logs(o.alpha, (size_t)most + (size_t)(n_messages - start)) < 0)
+        goto done;
     Py_ssize_t m = start;
     for (; m < n_messages; m++) {
         Py_ssize_t length = lengths[m];
@@ -575,7 +633,7 @@ step(PyObject *self, PyObject *args)
                 double df = 0.0;
                 for (int j = 0; j < n_active; j++) {
                     double n = cells[active[j]];
-                    log_counts[j] = log(n + o.alpha);
+                    log_counts[j] = log_smoothed(n, o.alpha);
                     df += n;
                 }
                 if (o.min_spread > 0) {
@@ -605,7 +663,7 @@ step(PyObject *self, PyObject *args)
                 if (o.tf_log)
                     weight = log1p(weight);
                 if (o.idf) {
-                    double idf = short_path ? log_n - log(1.0 + df)
+                    double idf = short_path ? log_n - log_one_plus(df)
                                             : log((1.0 + n_learned) / (df + 1.0)) + 1.0;
                     weight *= idf > 0.0 ? idf : 0.0;
                 }
