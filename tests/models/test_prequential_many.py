@@ -184,6 +184,45 @@ def test_a_bad_input_raises_the_loops_error_and_changes_nothing(kind, bad, error
     assert model.to_state() == same.to_state()
 
 
+class Word(str):
+    """A str subclass as a token (numpy.str_ is one)."""
+
+
+@pytest.mark.parametrize("odd", [
+    {"m1": True, "m2": 1}, {"m1": 2.0}, {"m1": 0, "m3": 1}, {"m1": 2**46}, {"m1": 2**70},
+    {Word("m1"): 1, "new": 2}, {Word("brand-new"): 1}, {3: 1, "m1": 1},
+], ids=["bool", "float", "zero", "2**46", "2**70", "str subclass", "new str subclass",
+        "int token"])
+def test_a_message_the_batch_reader_does_not_take_is_stepped_by_the_loop_in_its_place(
+        odd, step_kind):
+    """Counts that are not ints in [1, 2**46) or tokens that are not (exactly) str, in the
+    middle of a batch of mails: that message takes the loop, in its place; the others, the
+    batch step; the probabilities and the state are the loop's."""
+    rng = random.Random(11)
+    xs = [_mail(rng.randint(3, 90), rng.randrange(2**16)) for _ in range(9)]
+    xs.insert(5, odd)
+    ys = ["spam", "ham", None, "ham", "spam", "eggs", "spam", None, "ham", "spam"]
+    looped, batched = make_model("multinomial", **MAIL), make_model("multinomial", **MAIL)
+    stepped = []
+    original = batched._prequential_loop
+    batched._prequential_loop = lambda a, b: stepped.append(a) or original(a, b)
+    try:
+        expected = loop(looped, xs, ys)
+    except ModelInputError as error:  # the loop refuses it: so must the step, learning nothing
+        with pytest.raises(ModelInputError, match=f"^{error}$"):
+            batched.prequential_many(xs, ys)
+        assert batched.vocabulary_size == 0
+        return
+    assert_same_probas(expected, batched.prequential_many(xs, ys), tolerance=1e-12)
+    # (the numpy step's reader takes a str subclass token equal to a str one it read before)
+    earlier = {k for x in xs[:5] for k in x}
+    numpy_takes_it = step_kind == "numpy" and all(
+        (type(k) is str or k in earlier) and type(v) is int and 0 < v < 2**46
+        for k, v in odd.items())
+    assert stepped == ([] if numpy_takes_it else [[odd]])
+    assert batched.to_state() == looped.to_state()
+
+
 def test_a_bad_label_raises_before_anything_is_learned():
     model = make_model("multinomial")
     with pytest.raises(ModelInputError, match="labels must be str"):
