@@ -1,25 +1,35 @@
-"""The prequential batch step of :class:`MultinomialNB` in a few dozen numpy calls.
+"""The prequential batch step of :class:`MultinomialNB`: in C where it is built, else in numpy.
 
-Predicting then learning each message of a batch in turn costs a Python step per message. Here
-every count a prediction reads is reconstructed instead from prefix sums over the batch: the
-count of token k in class c *before* message i is the stored count plus the sum of the
-increments of the earlier labelled messages that hold k (an exclusive cumulative sum over k's
-occurrences in message order); the per-class message counts and totals and the vocabulary size
-before message i are exclusive cumulative sums over the messages. From those the scores are the
-arithmetic of the loop, vectorised over all occurrences, segment-summed per message. The
-learning is then applied to the counts in one scatter.
+Predicting then learning each message of a batch in turn costs a Python step per message.
 
-Messages of any length take it: those the loop scores on the short path (at most
+**The C step** (``streamnb.models._step``, built by the set-up) is that loop itself, run in C:
+one pass reads the batch (``_step.intern``: each message's counts, each distinct token looked
+up once in the model's token table, :class:`_TokenTable`), the tokens to index get their rows
+as the loop would give them, and ``_step.step`` predicts then learns each message in turn,
+writing the model's arrays in place; :func:`_after_native` then keeps the Python-side
+bookkeeping (stale row lists, caches, changed rows) in step. A message holding a token whose
+spread is within :data:`SPREAD_BAND` of ``min_spread`` is handed back to the loop.
+
+**The numpy step** (``STREAMNB_PURE_PYTHON=1``, or no compiler) reconstructs instead every count
+a prediction reads from prefix sums over the batch: the count of token k in class c *before*
+message i is the stored count plus the sum of the increments of the earlier labelled messages
+that hold k (an exclusive cumulative sum over k's occurrences in message order); the per-class
+message counts and totals and the vocabulary size before message i are exclusive cumulative
+sums over the messages. From those the scores are the arithmetic of the loop, vectorised over
+all occurrences, segment-summed per message. The learning is then applied to the counts in one
+scatter.
+
+Messages of any length take either: those the loop scores on the short path (at most
 ``_short_limit`` distinct tokens, ``MultinomialNB._short_scores``) and the longer ones it
 scores on the array path (``_score_rows``, ``_weigh``, ``_joint_scores``). Where the two paths'
 expressions differ (the idf term, the min_spread filter) each message gets its own path's.
 
 The stored counts are integers below 2**45 and a batch adds less than 2**45 to them (else it
-takes the loop), so every sum above is exact in any order: the counts, and the state, are bit
-for bit those of the loop. The scores agree to rounding (the order of the
-weighted sums; numpy's log against libm's on the short path), except at one discontinuity: the
-``min_spread`` filter. A token whose spread falls within rounding of the threshold has it
-recomputed with the expression of its message's path, so the same tokens are kept.
+takes the loop), so every sum is exact in any order: the counts, and the state, are bit for bit
+those of the loop. The scores agree to rounding (the order of the weighted sums; numpy's log
+against libm's), except at one discontinuity: the ``min_spread`` filter. A token whose spread
+falls within rounding of the threshold has it recomputed with the expression of its message's
+path (numpy step) or its message stepped by the loop (C step), so the same tokens are kept.
 """
 
 from __future__ import annotations
@@ -337,6 +347,8 @@ def _native_step(model: MultinomialNB, batch: _InternedBatch, xs: list, ys: list
     same probabilities to rounding. It hands back the rare message holding a token whose
     spread is within :data:`SPREAD_BAND` of ``min_spread``, which the loop itself steps."""
     column = _class_columns(model, ys)
+    if not model._counts.flags.c_contiguous:  # (it always is: the C step writes it in place)
+        model._counts = np.ascontiguousarray(model._counts)
     if batch.new_keys:
         if len(model._keys) != batch.n_indexed:
             raise RuntimeError("the model indexed tokens between reading and stepping a batch")

@@ -301,9 +301,11 @@ intern_(PyObject *self, PyObject *args)
         /* The message's keys and values first (its entry table, read in order), so that each
          * key's str, and then its slot in the table, can be fetched from memory ahead of use:
          * the strs of a batch are scattered over far more memory than the caches hold. */
-        PyObject **keys = message_items, **counts = message_items + n;
-        for (Py_ssize_t k = 0; PyDict_Next(x, &pos, &keys[k], &counts[k]); k++)
-            ;
+        PyObject **keys = message_items, **counts = message_items + n, *next_key, *next_value;
+        for (Py_ssize_t k = 0; k < n && PyDict_Next(x, &pos, &next_key, &next_value); k++) {
+            keys[k] = next_key;
+            counts[k] = next_value;
+        }
         for (Py_ssize_t k = 0; k < n && k < KEY_AHEAD; k++)
             __builtin_prefetch(keys[k]);
         for (Py_ssize_t k = 0; k < n; k++) {
