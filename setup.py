@@ -1,6 +1,8 @@
-"""The C extension of the featurizer; everything else is declared in pyproject.toml.
+"""The C extensions; everything else is declared in pyproject.toml.
 
 ``streamnb.features._tokens`` finds and counts words in C (docs/features.md, "Speed").
+``streamnb.models._step`` is MultinomialNB's prequential batch step in C (docs/models.md,
+"The batch step"); without it the numpy step runs, with the same results.
 ``pip install -e .`` (``make setup``) builds it; without a compiler the build fails, and
 ``STREAMNB_PURE_PYTHON=1`` runs the pure-Python tokenizer instead.
 """
@@ -13,6 +15,12 @@ setup(
             "streamnb.features._tokens",
             sources=["streamnb/features/_tokens.c"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
-        )
+        ),
+        Extension(
+            "streamnb.models._step",
+            sources=["streamnb/models/_step.c"],
+            # no fused multiply-add: the step's spreads must be the short path's to the bit
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-ffp-contract=off"],
+        ),
     ]
 )

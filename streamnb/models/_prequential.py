@@ -1,37 +1,54 @@
-"""The prequential batch step of :class:`MultinomialNB` in a few dozen numpy calls.
+"""The prequential batch step of :class:`MultinomialNB`: in C where it is built, else in numpy.
 
-Predicting then learning each message of a batch in turn costs a Python step per message. Here
-every count a prediction reads is reconstructed instead from prefix sums over the batch: the
-count of token k in class c *before* message i is the stored count plus the sum of the
-increments of the earlier labelled messages that hold k (an exclusive cumulative sum over k's
-occurrences in message order); the per-class message counts and totals and the vocabulary size
-before message i are exclusive cumulative sums over the messages. From those the scores are the
-arithmetic of the loop, vectorised over all occurrences, segment-summed per message. The
-learning is then applied to the counts in one scatter.
+Predicting then learning each message of a batch in turn costs a Python step per message.
 
-Messages of any length take it: those the loop scores on the short path (at most
+**The C step** (``streamnb.models._step``, built by the set-up) is that loop itself, run in C:
+one pass reads the batch (``_step.intern``: each message's counts, each distinct token looked
+up once in the model's token table, :class:`_TokenTable`), the tokens to index get their rows
+as the loop would give them, and ``_step.step`` predicts then learns each message in turn,
+writing the model's arrays in place; :func:`_after_native` then keeps the Python-side
+bookkeeping (stale row lists, caches, changed rows) in step. A message holding a token whose
+spread is within :data:`SPREAD_BAND` of ``min_spread`` is handed back to the loop.
+
+**The numpy step** (``STREAMNB_PURE_PYTHON=1``, or no compiler) reconstructs instead every count
+a prediction reads from prefix sums over the batch: the count of token k in class c *before*
+message i is the stored count plus the sum of the increments of the earlier labelled messages
+that hold k (an exclusive cumulative sum over k's occurrences in message order); the per-class
+message counts and totals and the vocabulary size before message i are exclusive cumulative
+sums over the messages. From those the scores are the arithmetic of the loop, vectorised over
+all occurrences, segment-summed per message. The learning is then applied to the counts in one
+scatter.
+
+Messages of any length take either: those the loop scores on the short path (at most
 ``_short_limit`` distinct tokens, ``MultinomialNB._short_scores``) and the longer ones it
 scores on the array path (``_score_rows``, ``_weigh``, ``_joint_scores``). Where the two paths'
 expressions differ (the idf term, the min_spread filter) each message gets its own path's.
 
 The stored counts are integers below 2**45 and a batch adds less than 2**45 to them (else it
-takes the loop), so every sum above is exact in any order: the counts, and the state, are bit
-for bit those of the loop. The scores agree to rounding (the order of the
-weighted sums; numpy's log against libm's on the short path), except at one discontinuity: the
-``min_spread`` filter. A token whose spread falls within rounding of the threshold has it
-recomputed with the expression of its message's path, so the same tokens are kept.
+takes the loop), so every sum is exact in any order: the counts, and the state, are bit for bit
+those of the loop. The scores agree to rounding (the order of the weighted sums; numpy's log
+against libm's), except at one discontinuity: the ``min_spread`` filter. A token whose spread
+falls within rounding of the threshold has it recomputed with the expression of its message's
+path (numpy step) or its message stepped by the loop (C step), so the same tokens are kept.
 """
 
 from __future__ import annotations
 
 import math
-from itertools import chain, compress, groupby, repeat
+import os
+from collections import defaultdict
+from itertools import chain, count, groupby, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from streamnb.models._text import _EXACT_COUNT
+
+try:
+    from streamnb.models import _step as _native
+except ImportError:  # an install without a compiler: the numpy step, same results
+    _native = None
 
 if TYPE_CHECKING:
     from streamnb.models.multinomial import MultinomialNB
@@ -42,6 +59,14 @@ SPREAD_BAND = 1e-9
 #: The stored counts and message counts, and what one batch adds to them, stay below this:
 #: every sum of them is then exact.
 _EXACT_LIMIT = _EXACT_COUNT / 2
+#: Set to 1, the numpy step runs even where the C one (``streamnb.models._step``) is built.
+PURE_PYTHON_ENV = "STREAMNB_PURE_PYTHON"
+
+
+def native() -> bool:
+    """Whether the batch step runs in C: the extension is built and ``STREAMNB_PURE_PYTHON``
+    does not ask for pure Python."""
+    return _native is not None and os.environ.get(PURE_PYTHON_ENV, "") in ("", "0")
 
 
 def takes(model: MultinomialNB) -> bool:
@@ -56,7 +81,7 @@ def takes(model: MultinomialNB) -> bool:
 def prequential_many(model: MultinomialNB, xs: list, ys: list) -> list[dict[str, float]]:
     """``Model.prequential_many`` for a model :func:`takes`: the runs of examples
     :func:`vectorisable` accepts take the vectorised step, each other example the loop."""
-    batch = _Batch.read(model, xs, ys)
+    batch = _read(model, xs, ys)
     if batch is not None:  # usually the whole batch at once
         return _step(model, batch, xs, ys)
     vectorised = [vectorisable(x, y) for x, y in zip(xs, ys, strict=True)]
@@ -69,7 +94,10 @@ def prequential_many(model: MultinomialNB, xs: list, ys: list) -> list[dict[str,
         stop = start + len(list(run))
         run_xs, run_ys = xs[start:stop], ys[start:stop]
         if in_step:
-            probas += _step(model, _Batch(model, run_xs, _values(run_xs)), run_xs, run_ys)
+            batch = _InternedBatch.read(model, run_xs, run_ys) if native() else _Batch(
+                model, run_xs, _values(run_xs))
+            assert batch is not None  # examples vectorisable accepts
+            probas += _step(model, batch, run_xs, run_ys)
         else:
             probas += model._prequential_loop(run_xs, run_ys)
         start = stop
@@ -94,17 +122,26 @@ def _values(xs: list[dict]) -> np.ndarray:
 
 
 class _Batch:
-    """The batch's token occurrences, one per (message, token) in message order: their tokens,
-    counts and rows (-1: a token the model has not indexed), and which are not indexed."""
+    """The batch's token occurrences, one per (message, token) in message order: their counts,
+    which of the batch's distinct tokens each is (``ids``, numbered by first occurrence), and
+    their rows (-1: a token the model has not indexed).
+
+    Each distinct token is looked up in the model's index once per batch: a mail's tokens are
+    mostly repeats of earlier mails' (500 SpamAssassin mails hold ~170,000 occurrences of
+    ~20,000 tokens), and a lookup in the large index costs several cache misses, one in the
+    batch's small table far fewer."""
 
     def __init__(self, model: MultinomialNB, xs: list[dict], values: np.ndarray):
-        self.lengths = np.fromiter(map(len, xs), dtype=np.intp, count=len(xs))
         self.values = values
-        self.keys = list(chain.from_iterable(xs))
-        self.rows = np.fromiter(map(model._index.get, self.keys, repeat(-1)), dtype=np.intp,
-                                count=values.size)
-        self.unknown = np.flatnonzero(self.rows < 0)
-        self.unknown_keys = _pick(self.keys, self.unknown)
+        self.lengths = np.fromiter(map(len, xs), dtype=np.intp, count=len(xs))
+        id_of = defaultdict(count().__next__)
+        self.ids = np.fromiter(map(id_of.__getitem__, chain.from_iterable(xs)), dtype=np.intp,
+                               count=values.size)
+        self.distinct = list(id_of)
+        self.distinct_rows = np.fromiter(map(model._index.get, self.distinct, repeat(-1)),
+                                         dtype=np.intp, count=len(self.distinct))
+        self.rows = self.distinct_rows[self.ids]
+        self.unknown_ids = np.flatnonzero(self.distinct_rows < 0)
 
     @classmethod
     def read(cls, model: MultinomialNB, xs: list, ys: list) -> _Batch | None:
@@ -125,9 +162,91 @@ class _Batch:
         if array.size and not (array.min() > 0 and array.max() < _EXACT_COUNT):
             return None
         batch = cls(model, xs, array)
-        if not set(map(type, batch.unknown_keys)) <= {str}:
+        if not set(map(type, _pick(batch.distinct, batch.unknown_ids))) <= {str}:
             return None
         return batch
+
+
+class _InternedBatch:
+    """The batch as the C step reads it (``_step.intern``): per occurrence, in message order,
+    its count (``values``), its distinct token (``ids``) and that token's row (``rows``); per
+    message its length; the tokens the batch will index (``new_keys``, learned by a labelled
+    message, in the loop's order) and the rows they will get, from ``n_indexed`` on."""
+
+    def __init__(self, lengths: np.ndarray, values: np.ndarray, ids: np.ndarray,
+                 distinct: list, distinct_rows: np.ndarray, new_keys: list, n_indexed: int):
+        self.lengths, self.values, self.ids = lengths, values, ids
+        self.distinct, self.distinct_rows = distinct, distinct_rows
+        self.new_keys, self.n_indexed = new_keys, n_indexed
+        self.rows = distinct_rows[ids]
+
+    @classmethod
+    def read(cls, model: MultinomialNB, xs: list, ys: list) -> _InternedBatch | None:
+        """The batch, if :func:`vectorisable` accepts every example; None otherwise."""
+        if not all(y is None or isinstance(y, str) for y in ys) or not all(
+                isinstance(x, dict) for x in xs):
+            return None
+        n = sum(map(len, xs))
+        ids = np.empty(n, dtype=np.int64)
+        values = np.empty(n)
+        lengths = np.empty(len(xs), dtype=np.int64)
+        n_indexed = len(model._keys)
+        read = _native.intern(list(xs), list(ys), _token_table(model), model._keys, ids,
+                              values, lengths)
+        if read is None:
+            return None
+        distinct, rows, new_keys = read
+        return cls(lengths, values, ids, distinct, np.frombuffer(rows, np.int64), new_keys,
+                   n_indexed)
+
+    def known_rows(self) -> np.ndarray:
+        """The rows of the distinct tokens the model indexed before the batch."""
+        rows = self.distinct_rows
+        return rows[(rows >= 0) & (rows < self.n_indexed)]
+
+
+class _TokenTable:
+    """The C step's look-up table of a model's tokens (see ``_step.c``): ``slots`` over the
+    rows of ``keys`` (the model's list) up to ``n_rows``, by the str hashes of the process
+    that built it (``seed``), at most half of them used."""
+
+    def __init__(self, keys: list):
+        room = len(keys) + max(len(keys) // 2, 1 << 11)  # grown by half, as the counts
+        self.keys = keys
+        self.slots = np.zeros(1 << (2 * room - 1).bit_length(), dtype=np.int64)
+        self.n_rows = 0
+        self.seed = hash(_SEED)
+
+    def serves(self, keys: list) -> bool:
+        """Whether it holds the rows of ``keys`` (or of a prefix of it), in this process, with
+        room for all of them."""
+        return (self.keys is keys and self.n_rows <= len(keys) and self.seed == hash(_SEED)
+                and 2 * len(keys) <= self.slots.size)
+
+
+_SEED = "streamnb token table"
+
+
+def _token_table(model: MultinomialNB) -> np.ndarray:
+    """The model's token table, with every row it has: built on the first batch, after the
+    rows were renumbered (expiry), when full, or in another process (a pickled model); else
+    the rows indexed since the last batch are added."""
+    table = model._token_table
+    keys = model._keys
+    if table is None or not table.serves(keys):
+        table = model._token_table = _TokenTable(keys)
+    if table.n_rows < len(keys):
+        _native.table_insert(table.slots, keys, table.n_rows)
+        table.n_rows = len(keys)
+    return table.slots
+
+
+def _read(model: MultinomialNB, xs: list, ys: list) -> _Batch | _InternedBatch | None:
+    """The batch as the step that will run reads it (None: not every example is
+    :func:`vectorisable`)."""
+    if native():
+        return _InternedBatch.read(model, xs, ys)
+    return _Batch.read(model, xs, ys)
 
 
 def _pick(items: list, positions: np.ndarray) -> list:
@@ -162,25 +281,44 @@ def _columns_and_rows(model: MultinomialNB, batch: _Batch, ys: list,
     """Create the class columns and token rows the batch's labelled messages will need (zero
     counts, in the order the loop would create them: by first labelled occurrence); return
     each message's column (-1: unlabelled) and fill in the rows of ``batch``."""
-    known_column = model._column.get
-    column = np.array([-1 if y is None else known_column(y, -1) for y in ys], dtype=np.intp)
-    for i in np.flatnonzero(column < 0).tolist():  # a class first seen in this batch
-        if ys[i] is not None:
-            column[i] = model._column_of(ys[i])
-    unknown = batch.unknown
-    if unknown.size:
-        learned = (column[message[unknown]] >= 0).tolist()
-        new_keys = list(dict.fromkeys(compress(batch.unknown_keys, learned)))
-        if new_keys:
+    column = _class_columns(model, ys)
+    if batch.unknown_ids.size:
+        unknown = np.flatnonzero(batch.rows < 0)
+        learned = unknown[column[message[unknown]] >= 0]
+        if learned.size:
+            # the distinct tokens to create, by first labelled occurrence
+            first = np.full(len(batch.distinct), batch.ids.size)
+            np.minimum.at(first, batch.ids[learned], learned)
+            created = np.flatnonzero(first < batch.ids.size)
+            new_ids = created[np.argsort(first[created])]
+            new_keys = _pick(batch.distinct, new_ids)
             start = len(model._keys)
             model._key_bytes += sum(map(len, new_keys))
             model._add_rows(new_keys)
             # learned below, hence stale: their row lists are made when the short path reads
             # them
             model._row_counts.extend([None] * len(new_keys))
-            new_rows = dict(zip(new_keys, range(start, start + len(new_keys)), strict=True))
-            batch.rows[unknown] = np.fromiter(map(new_rows.get, batch.unknown_keys, repeat(-1)),
-                                              dtype=np.intp, count=unknown.size)
+            batch.distinct_rows[new_ids] = np.arange(start, start + new_ids.size)
+            batch.rows[unknown] = batch.distinct_rows[batch.ids[unknown]]
+    return column
+
+
+def _group_order(ids: np.ndarray, n_ids: int) -> np.ndarray:
+    """The stable sort of ``ids`` (occurrences in message order): grouped by token, each group
+    in message order. numpy sorts 16-bit keys stably by radix, in linear time."""
+    if n_ids <= 1 << 16:
+        return np.argsort(ids.astype(np.uint16), kind="stable")
+    return np.argsort(ids, kind="stable")
+
+
+def _class_columns(model: MultinomialNB, ys: list) -> np.ndarray:
+    """Each message's class column (-1: unlabelled), the columns of classes first seen in
+    this batch created in the order the loop creates them."""
+    known_column = model._column.get
+    column = np.array([-1 if y is None else known_column(y, -1) for y in ys], dtype=np.intp)
+    for i in np.flatnonzero(column < 0).tolist():  # a class first seen in this batch
+        if ys[i] is not None:
+            column[i] = model._column_of(ys[i])
     return column
 
 
@@ -189,11 +327,91 @@ def _exclusive_cumsum(values: np.ndarray) -> np.ndarray:
     return np.cumsum(values, axis=0) - values
 
 
-def _step(model: MultinomialNB, batch: _Batch, xs: list, ys: list) -> list[dict[str, float]]:
+def _step(model: MultinomialNB, batch: _Batch | _InternedBatch, xs: list, ys: list
+          ) -> list[dict[str, float]]:
+    """The batch step over examples :func:`vectorisable` accepts: in C where it is built,
+    else in numpy (see the module doc); the loop where the counts are not exact integers."""
+    added = float(batch.values.sum()) if model.counts_occurrences else float(batch.values.size)
+    if isinstance(batch, _InternedBatch):
+        if not _state_is_exact(model, batch.known_rows(), added):
+            return model._prequential_loop(xs, ys)
+        return _native_step(model, batch, xs, ys)
+    if not _state_is_exact(model, batch.distinct_rows[batch.distinct_rows >= 0], added):
+        return model._prequential_loop(xs, ys)
+    return _numpy_step(model, batch, xs, ys)
+
+
+def _native_step(model: MultinomialNB, batch: _InternedBatch, xs: list, ys: list
+                 ) -> list[dict[str, float]]:
+    """The loop in C (``_step.step``), message by message: the same state bit for bit, the
+    same probabilities to rounding. It hands back the rare message holding a token whose
+    spread is within :data:`SPREAD_BAND` of ``min_spread``, which the loop itself steps."""
+    column = _class_columns(model, ys)
+    if not model._counts.flags.c_contiguous:  # (it always is: the C step writes it in place)
+        model._counts = np.ascontiguousarray(model._counts)
+    if batch.new_keys:
+        if len(model._keys) != batch.n_indexed:
+            raise RuntimeError("the model indexed tokens between reading and stepping a batch")
+        model._key_bytes += sum(map(len, batch.new_keys))
+        model._add_rows(batch.new_keys)
+        # stale from the start (the loop may read them before the step learns them): their
+        # row lists are made when the short path reads them
+        model._row_counts.extend([None] * len(batch.new_keys))
+        model._stale[batch.n_indexed:len(model._keys)] = True
+        model._any_stale = True
+    options = (float(model.alpha), float(model.min_spread), SPREAD_BAND,
+               float(model.temperature), int(model.repeated_words == "count"),
+               int(not model.counts_occurrences), int(model.tf == "log"), int(model.idf),
+               int(model.length_norm), int(model._short_limit))
+    offsets = np.concatenate(([0], np.cumsum(batch.lengths)))
+    probas: list[dict[str, float]] = []
+    start = 0
+    while start < len(xs):
+        done, vocab, clock, stepped = _native.step(
+            batch.rows, batch.lengths, batch.values, column, model._counts, model._nnz,
+            model._n_docs, model._totals, model._seen, model._labels, model._vocab,
+            model._clock, start, options)
+        probas += stepped
+        model._vocab, model._clock = vocab, clock
+        _after_native(model, batch, column, offsets, start, done)
+        if done < len(xs):  # a spread at the threshold: the loop decides it
+            probas += model._prequential_loop(xs[done:done + 1], ys[done:done + 1])
+            done += 1
+        start = done
+    return probas
+
+
+def _after_native(model: MultinomialNB, batch: _Batch, column: np.ndarray,
+                  offsets: np.ndarray, start: int, stop: int) -> None:
+    """The bookkeeping beside the counts after messages ``start:stop`` were learned in C:
+    the rows they wrote become stale (their row lists and cached logs are remade when the
+    short path reads them), and the caches of the priors and the class columns are dropped."""
+    learned = np.flatnonzero(column[start:stop] >= 0) + start
+    if not learned.size:
+        return
+    in_learned = np.repeat(column[start:stop] >= 0, batch.lengths[start:stop])
+    written = np.zeros(len(batch.distinct), dtype=bool)
+    written[batch.ids[offsets[start]:offsets[stop]][in_learned]] = True
+    changed_rows = batch.distinct_rows[written]  # one row per distinct token
+    model._stale[changed_rows] = True
+    model._any_stale = True
+    cache = model._row_cache
+    if cache:
+        for row in changed_rows.tolist():
+            cache.pop(row, None)
+    if model._changed_rows is not None:
+        model._note_rows(changed_rows)
+    model._active = None
+    model._log_prior_cache = None
+    model._lookup_cache = None
+    for c in sorted(set(column[learned].tolist())):
+        model._invalidate(c)
+
+
+def _numpy_step(model: MultinomialNB, batch: _Batch, xs: list, ys: list
+                ) -> list[dict[str, float]]:
     """The vectorised step over examples :func:`vectorisable` accepts (see the module doc)."""
     train_values = batch.values if model.counts_occurrences else np.ones_like(batch.values)
-    if not _state_is_exact(model, batch.rows[batch.rows >= 0], float(train_values.sum())):
-        return model._prequential_loop(xs, ys)
     n_messages = len(xs)
     message = np.repeat(np.arange(n_messages), batch.lengths)  # of each occurrence
     column = _columns_and_rows(model, batch, ys, message)
@@ -212,8 +430,7 @@ def _step(model: MultinomialNB, batch: _Batch, xs: list, ys: list) -> list[dict[
     # each row's occurrences form a group. Class-major arrays (classes x occurrences), so
     # that each class is one contiguous run.
     kept = np.flatnonzero(batch.rows >= 0)
-    # sorting unique keys: stable or not, the same order
-    order = kept[np.argsort(batch.rows[kept] * n_messages + message[kept])]
+    order = kept[_group_order(batch.ids[kept], len(batch.distinct))]
     rows = batch.rows[order]
     message = message[order]
     n_kept = order.size
@@ -262,7 +479,7 @@ def _step(model: MultinomialNB, batch: _Batch, xs: list, ys: list) -> list[dict[
         changed_rows = group_rows[changed]
         model._counts[changed_rows] += group_sums[:, changed].T
         _after_bulk_learning(model, changed_rows)
-        if model._changed_rows is not None:
+        if model._changed_rows is not None and changed_rows.size:  # (it marks the totals)
             model._note_rows(changed_rows)
     model._n_docs += learned_docs.sum(axis=0)
     if model._changed_rows is not None and labelled.any():
@@ -271,7 +488,7 @@ def _step(model: MultinomialNB, batch: _Batch, xs: list, ys: list) -> list[dict[
     model._active = None
     model._log_prior_cache = None
     model._lookup_cache = None
-    for c in np.unique(column[labelled]).tolist():
+    for c in sorted(set(column[labelled].tolist())):
         model._invalidate(c)
     return probas
 

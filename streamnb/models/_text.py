@@ -116,6 +116,10 @@ class TextModel(KeyedTextStatistics, Model):
         self.n_buckets = check_optional_int("n_buckets", n_buckets)
         self._index: dict[Any, int] = {}
         self._keys: list = []
+        # The C batch step's look-up table of the keys (streamnb.models._prequential), made
+        # on its first batch; it follows _keys (appended to) and is made again when _keys is
+        # replaced.
+        self._token_table = None
         self._key_bytes = 0
         self._labels: list[str] = []
         self._column: dict[str, int] = {}

@@ -367,10 +367,10 @@ class MultinomialNB(TextModel):
 
     def prequential_many(self, xs: Iterable, ys: Iterable[str | None]
                          ) -> list[dict[str, float]]:
-        """:meth:`Model.prequential_many`, vectorised over the runs of messages with ``str``
-        tokens and ``int`` counts, short or long (see :mod:`streamnb.models._prequential`):
-        the same state bit for bit, the same probabilities to rounding. Other options, states
-        and inputs take the loop.
+        """:meth:`Model.prequential_many`, batch-stepped (in C where it is built, else in
+        numpy) over the runs of messages with ``str`` tokens and ``int`` counts, short or long
+        (see :mod:`streamnb.models._prequential`): the same state bit for bit, the same
+        probabilities to rounding. Other options, states and inputs take the loop.
 
         >>> xs = [{"win": 1, "cash": 1}, {"lunch": 1}, {"win": 1}, {"lunch": 1, "at": 1}]
         >>> ys = ["spam", "ham", None, "ham"]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamnb.models import TEXTBOOK_OPTIONS, ModelInputError, make_model
+from streamnb.models import TEXTBOOK_OPTIONS, ModelInputError, _prequential, make_model
 from streamnb.models._text import SHORT_MESSAGE_TOKENS
 from streamnb.models.presets import MAIL
 from tests.models.test_models_short_path import replay
@@ -56,6 +56,20 @@ OPTIONS = [{**MAIL, **options} for options in [
     {"n_buckets": 64},
 ]] + [TEXTBOOK_OPTIONS]
 options = st.sampled_from(OPTIONS)
+
+
+@pytest.fixture(scope="module", params=["c", "numpy"], autouse=True)
+def step_kind(request):
+    """Every test runs with each implementation of the batch step: the C one
+    (``streamnb.models._step``, built by the set-up) and the numpy one beside it."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "numpy":
+            patch.setenv(_prequential.PURE_PYTHON_ENV, "1")
+        else:
+            patch.delenv(_prequential.PURE_PYTHON_ENV, raising=False)
+            assert _prequential._native is not None, "the C step is not built (make setup)"
+        assert _prequential.native() == (request.param == "c")
+        yield request.param
 
 
 def loop(model, xs, ys):
@@ -168,6 +182,45 @@ def test_a_bad_input_raises_the_loops_error_and_changes_nothing(kind, bad, error
     assert_same_probas(loop(same, xs[:2], ["spam", None]),
                        model.prequential_many(xs[:2], ["spam", None]))
     assert model.to_state() == same.to_state()
+
+
+class Word(str):
+    """A str subclass as a token (numpy.str_ is one)."""
+
+
+@pytest.mark.parametrize("odd", [
+    {"m1": True, "m2": 1}, {"m1": 2.0}, {"m1": 0, "m3": 1}, {"m1": 2**46}, {"m1": 2**70},
+    {Word("m1"): 1, "new": 2}, {Word("brand-new"): 1}, {3: 1, "m1": 1},
+], ids=["bool", "float", "zero", "2**46", "2**70", "str subclass", "new str subclass",
+        "int token"])
+def test_a_message_the_batch_reader_does_not_take_is_stepped_by_the_loop_in_its_place(
+        odd, step_kind):
+    """Counts that are not ints in [1, 2**46) or tokens that are not (exactly) str, in the
+    middle of a batch of mails: that message takes the loop, in its place; the others, the
+    batch step; the probabilities and the state are the loop's."""
+    rng = random.Random(11)
+    xs = [_mail(rng.randint(3, 90), rng.randrange(2**16)) for _ in range(9)]
+    xs.insert(5, odd)
+    ys = ["spam", "ham", None, "ham", "spam", "eggs", "spam", None, "ham", "spam"]
+    looped, batched = make_model("multinomial", **MAIL), make_model("multinomial", **MAIL)
+    stepped = []
+    original = batched._prequential_loop
+    batched._prequential_loop = lambda a, b: stepped.append(a) or original(a, b)
+    try:
+        expected = loop(looped, xs, ys)
+    except ModelInputError as error:  # the loop refuses it: so must the step, learning nothing
+        with pytest.raises(ModelInputError, match=f"^{error}$"):
+            batched.prequential_many(xs, ys)
+        assert batched.vocabulary_size == 0
+        return
+    assert_same_probas(expected, batched.prequential_many(xs, ys), tolerance=1e-12)
+    # (the numpy step's reader takes a str subclass token equal to a str one it read before)
+    earlier = {k for x in xs[:5] for k in x}
+    numpy_takes_it = step_kind == "numpy" and all(
+        (type(k) is str or k in earlier) and type(v) is int and 0 < v < 2**46
+        for k, v in odd.items())
+    assert stepped == ([] if numpy_takes_it else [[odd]])
+    assert batched.to_state() == looped.to_state()
 
 
 def test_a_bad_label_raises_before_anything_is_learned():
@@ -304,6 +357,40 @@ def test_long_messages_are_stepped_together_as_the_loop_steps_them(
     assert batched.to_state() == looped.to_state()
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(VECTORISED_OPTIONS), mail_prior, mail_stream, mail_stream,
+       st.integers(1, 60))
+def test_the_daemons_bookkeeping_last_seen_stamps_changed_keys_and_expiry_are_the_loops(
+        monkeypatch, opts, events, batch, second, max_tokens):
+    """A model as the daemon runs it (last-seen stamps for token expiry, change tracking for
+    the changelog): after a batch step, the stamps and the clock (in the state), the keys
+    written and their values, and what expiry then removes are the loop's; and so after a
+    second batch on the expired model."""
+    looped, batched = pair(opts, events)
+    for model in (looped, batched):
+        model.track_last_seen()
+    for step in (batch, second):
+        for model in (looped, batched):
+            model.mark_changes()
+        xs = [x for x, _ in step]
+        ys = [y for _, y in step]
+        expected = loop(looped, xs, ys)
+        with monkeypatch.context() as patch:
+            no_loop(batched, patch)
+            assert_same_probas(expected, batched.prequential_many(xs, ys), tolerance=1e-12)
+        assert batched.to_state() == looped.to_state()
+        keys = sorted(looped.changed_keys())
+        assert sorted(batched.changed_keys()) == keys
+        assert batched.stat_values(keys) == looped.stat_values(keys)
+        assert batched.expire(max_tokens) == looped.expire(max_tokens)
+        assert batched.to_state() == looped.to_state()
+        assert sorted(batched.changed_keys()) == sorted(looped.changed_keys())
+    for x, _ in second[:5]:
+        assert_same_probas([looped.predict_proba_one(x)], [batched.predict_proba_one(x)],
+                           tolerance=1e-12)
+
+
 def test_a_long_message_the_step_cannot_take_is_looped_between_vectorised_runs(monkeypatch):
     """A float count in one long mail: that mail alone takes the loop, in its place."""
     rng = random.Random(5)
@@ -411,7 +498,7 @@ def _short_path_spreads(model, x: dict) -> dict[str, float]:
     (21527, 2, _short_path_spreads),
 ], ids=["long: the array path's spread", "short: the short path's spread"])
 def test_a_spread_exactly_at_min_spread_keeps_the_token_as_the_loop_does(
-        monkeypatch, count, length, spreads_of):
+        monkeypatch, step_kind, count, length, spreads_of):
     """min_spread set to a token's very spread, as the loop's path for that message computes
     it: the loop keeps the token (spread >= min_spread), and so must the vectorised step, even
     where the other path's logs put the spread an ulp below the threshold."""
@@ -434,5 +521,64 @@ def test_a_spread_exactly_at_min_spread_keeps_the_token_as_the_loop_does(
     expected = loop(looped, xs, ys)
     assert expected[0]["ham"] > 0.75  # "t" was kept: without it the classes tie
     with monkeypatch.context() as patch:
-        no_loop(batched, patch)
-        assert_same_probas(expected, batched.prequential_many(xs, ys), tolerance=1e-12)
+        if step_kind == "numpy":  # recomputes the spread with the loop's expression
+            no_loop(batched, patch)
+            assert_same_probas(expected, batched.prequential_many(xs, ys), tolerance=1e-12)
+        else:  # hands the message to the loop, and steps the rest itself
+            stepped = []
+            original = batched._prequential_loop
+            patch.setattr(batched, "_prequential_loop",
+                          lambda a, b: stepped.append(a) or original(a, b))
+            assert_same_probas(expected, batched.prequential_many(xs, ys), tolerance=1e-12)
+            # both hold "t", whose spread is the threshold when each is scored
+            assert stepped == [[xs[0]], [xs[1]]]
+    assert batched.to_state() == looped.to_state()
+
+
+def test_a_batch_of_more_new_tokens_than_the_token_table_has_room_for(step_kind):
+    """40,000 tokens first seen in one batch, then again in the next (the C step's look-up
+    table is built again, larger, on the way): the loop's probabilities and state."""
+    xs = [{f"t{i}-{k}": 1 for k in range(1000)} | {"shared": 1, f"t{i - 1}-0": 2}
+          for i in range(40)]
+    ys = [["ham", "spam", None][i % 3] for i in range(40)]
+    looped, batched = make_model("multinomial", **MAIL), make_model("multinomial", **MAIL)
+    for _ in range(2):
+        assert_same_probas(loop(looped, xs, ys), batched.prequential_many(xs, ys),
+                           tolerance=1e-12)
+        assert batched.to_state() == looped.to_state()
+
+
+def test_a_model_moved_to_another_process_steps_as_the_loop_there(tmp_path, step_kind):
+    """A model pickled after batch steps and loaded by a process whose str hashes differ
+    (another PYTHONHASHSEED): its batch steps there are still the loop's."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    rng = random.Random(3)
+    xs = [_mail(rng.randint(60, 120), rng.randrange(2**16)) for _ in range(60)]
+    ys = [rng.choice(["ham", "spam", None]) for _ in xs]
+    model = make_model("multinomial", **MAIL)
+    for start in range(0, 30, 10):  # the C step's table holds the rows of the first two
+        model.prequential_many(xs[start:start + 10], ys[start:start + 10])
+    (tmp_path / "model.pickle").write_bytes(pickle.dumps((model, xs[30:], ys[30:])))
+    script = (
+        "import pickle, sys\n"
+        "from tests.models.test_prequential_many import assert_same_probas, loop\n"
+        "model, xs, ys = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+        "looped = model.copy()\n"
+        "expected = loop(looped, xs, ys)\n"
+        "got = model.prequential_many(xs[:15], ys[:15])\n"
+        "got += model.prequential_many(xs[15:], ys[15:])\n"
+        "assert_same_probas(expected, got, tolerance=1e-12)\n"
+        "assert model.to_state() == looped.to_state()\n"
+        "print('same')\n")
+    seed = "12345" if os.environ.get("PYTHONHASHSEED") != "12345" else "54321"
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    if step_kind == "numpy":
+        env[_prequential.PURE_PYTHON_ENV] = "1"
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "model.pickle")],
+                         capture_output=True, text=True, env=env, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert out.stdout.strip() == "same"
