@@ -285,7 +285,8 @@ class Tokenizer:
     def _bag_of_words(self, text: str) -> tuple[Counter[str], int]:
         """Counts of :meth:`words` without putting Chinese and other words back in order, and
         how many words that is."""
-        if self.options.cjk_runs or self.options.cjk_bigrams:
+        if (self.options.cjk_runs or self.options.cjk_bigrams) and _HAN_CHAR_RE.search(text):
+            # only text with Han runs has run or pair tokens; the rest keeps the fast path
             counts = Counter(self.words(text))
             return counts, counts.total()
         if self._native is not None and text.isascii():
