@@ -95,3 +95,46 @@ def test_spamprobe_gives_an_empty_message_its_unsure_score():
     run = flt.run([MESSAGES[0], Message(id="e", label="spam", raw=b""), MESSAGES[1]], budget=60.0)
     assert run.scores[1] == 0.5 and run.predicted[1] == "ham"
     assert run.labels == ["ham", "spam", "spam"]
+
+
+def test_crm114_runs_osb_and_osbf_each_with_both_training_policies():
+    for name, flags, extension, thick in [
+        ("crm114-osb", "<osb unique microgroom>", "css", False),
+        ("crm114-osb-thick", "<osb unique microgroom>", "css", True),
+        ("crm114-osbf", "<osbf unique microgroom>", "cfc", False),
+        ("crm114-osbf-thick", "<osbf unique microgroom>", "cfc", True),
+    ]:
+        flt = make_filter(name, ["ham", "spam"])
+        assert (flt.name, flt.flags, flt.extension, flt.thick) == (name, flags, extension, thick)
+        assert name in MAIL_FILTERS
+
+
+@pytest.mark.slow  # rspamd takes its seconds to start
+def test_rspamd_counts_a_learn_it_refuses_as_already_learned():
+    flt = make_filter("rspamd-bayes", ["ham", "spam"])
+    if flt.missing():
+        pytest.skip(f"rspamd-bayes: {flt.missing()}")
+    flt.warm_up()
+    twice = [MESSAGES[0], MESSAGES[1], Message(id="again", label="ham", text=MESSAGES[0].text)]
+    run = flt.run(twice, budget=float("inf"))
+    assert run.notes["refused_learns"] == run.notes["refused_as_already_learned"] == 1
+
+
+def test_the_stream_without_message_id_differs_from_chinese_only_by_those_lines(data_dir):
+    from bench.peers.streams import STREAMS, load, with_views
+
+    plain = load(STREAMS["chinese"], data_dir, 60)
+    masked = load(STREAMS["chinese-no-msgid"], data_dir, 60)
+    assert [m.id for m in plain] == [m.id for m in masked]
+    dropped = 0
+    for a, b in zip(plain, masked, strict=True):
+        head = a.raw.split(b"\n\n", 1)[0]
+        kept = b"\n".join(
+            line for line in head.split(b"\n") if not line.lower().startswith(b"message-id:")
+        )
+        dropped += kept != head
+        assert b.raw == kept + a.raw[len(head):]
+        assert b"\nmessage-id:" not in b"\n" + b.raw.split(b"\n\n", 1)[0].lower()
+    assert dropped > 50  # nearly every message had one
+    # a view keeps no Message-ID anyway: the stream has no views of its own
+    assert with_views(["chinese-no-msgid"], ["body-only"]) == ["chinese-no-msgid"]

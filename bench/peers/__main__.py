@@ -50,7 +50,8 @@ from streamnb.evaluation.views import VIEWS
 
 REPO = Path(__file__).resolve().parents[2]
 # Per-row notes an outside filter reports about its own settings and work.
-SETTING_NOTES = ("learnt", "min_learns", "min_tokens", "refused_learns")
+SETTING_NOTES = ("learnt", "min_learns", "min_tokens", "refused_learns",
+                 "refused_as_already_learned")
 BEGIN = "<!-- peers:begin -->"
 END = "<!-- peers:end -->"
 

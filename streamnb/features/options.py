@@ -67,7 +67,7 @@ class FeaturizerOptions:
     min_cjk_token_len: int = 1  # a segmented Chinese word of one character is a real word
     word_joiners: str = "-"  # kept inside a word (click-here; "'$-": don't, us$5); "" splits
     join_digits: bool = False  # a joiner may also be followed by a digit (us$5, 555-1234)
-    cjk_runs: bool = False  # also keep each whole run of Han characters as one token
+    cjk_runs: bool = True  # also keep each whole run of Han characters as one token
     cjk_bigrams: bool = False  # also count each pair of adjacent Han characters
     numbers: str = "keep"  # "keep" | "drop" | "shape" (digits replaced by 0: "$100" -> "$000")
     url_tokens: bool = True  # URLs also give "url:host" and "url:domain" tokens

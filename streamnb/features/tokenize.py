@@ -27,7 +27,8 @@ Rules (each an option of :class:`~streamnb.features.options.FeaturizerOptions`):
  ('get 100', 1), ('http', 1), ('http www', 1), ('now', 1), ('now at', 1),
  ('url:cheap-pills.com', 1), ('url:www.cheap-pills.com', 1), ('www', 1), ('www cheap-pills', 1)]
 >>> tok.words("我司可办理正规发票（保真）17%增值税发票点数优惠！")
-['我司', '可', '办理', '正规', '发票', '保真', '17', '增值税', '发票', '点数', '优惠']
+['我司', '可', '办理', '正规', '发票', '我司可办理正规发票', '保真', '17', '增值税', '发票', '点数',
+ '优惠', '增值税发票点数优惠']
 """
 
 from __future__ import annotations
@@ -287,7 +288,8 @@ class Tokenizer:
     def _bag_of_words(self, text: str) -> tuple[Counter[str], int]:
         """Counts of :meth:`words` without putting Chinese and other words back in order, and
         how many words that is."""
-        if self.options.cjk_runs or self.options.cjk_bigrams:
+        if (self.options.cjk_runs or self.options.cjk_bigrams) and _HAN_CHAR_RE.search(text):
+            # only text with Han runs has run or pair tokens; the rest keeps the fast path
             counts = Counter(self.words(text))
             return counts, counts.total()
         if self._native is not None and text.isascii():

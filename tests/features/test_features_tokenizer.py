@@ -29,13 +29,17 @@ def test_seed_003_sentence_is_segmented_into_words(segmenter):
 
 
 def test_chinese_characters_segmenter_splits_into_single_characters():
-    words = Tokenizer(FeaturizerOptions(cjk_segmenter="chars")).words("正规发票")
+    words = Tokenizer(FeaturizerOptions(cjk_segmenter="chars", cjk_runs=False)).words("正规发票")
     assert words == ["正", "规", "发", "票"]
 
 
 def test_chinese_mixed_with_latin_keeps_the_order_of_both():
-    words = Tokenizer().words("请访问www网站购买iPhone手机")
+    words = Tokenizer(FeaturizerOptions(cjk_runs=False)).words("请访问www网站购买iPhone手机")
     assert words == ["请", "访问", "www", "网站", "购买", "iphone", "手机"]
+    # by default each run of several words is also kept whole, after its words
+    assert Tokenizer().words("请访问www网站购买iPhone手机") == [
+        "请", "访问", "请访问", "www", "网站", "购买", "网站购买", "iphone", "手机"
+    ]
 
 
 def test_min_cjk_token_len_drops_single_characters():

@@ -65,17 +65,32 @@ def test_every_joined_word_is_letters_and_joiners_with_letters_at_both_ends(text
 
 def test_cjk_runs_add_the_whole_run_besides_its_segmented_words():
     text = "我司可办理正规发票"
-    segmented = words(text)
+    segmented = words(text, cjk_runs=False)
     assert len(segmented) > 1
     assert words(text, cjk_runs=True) == segmented + [text]
 
 
+def test_the_default_keeps_whole_han_runs():
+    assert FeaturizerOptions().cjk_runs
+    text = "我司可办理正规发票"
+    assert Featurizer().from_text(text).tokens[text] == 1
+
+
 def test_cjk_runs_add_nothing_for_a_run_that_is_one_word():
-    assert words("发票 优惠", cjk_runs=True) == words("发票 优惠")
+    assert words("发票 优惠", cjk_runs=True) == words("发票 优惠", cjk_runs=False)
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), max_codepoint=0x33FF),
+               max_size=60))
+def test_cjk_runs_change_nothing_in_text_without_han(text):
+    # Text without Han characters keeps the fast path: the same counts either way.
+    on = Featurizer(FeaturizerOptions(cjk_runs=True)).from_text(text).tokens
+    off = Featurizer(FeaturizerOptions(cjk_runs=False)).from_text(text).tokens
+    assert on == off
 
 
 def test_cjk_bigrams_add_each_adjacent_pair_of_han_characters():
-    assert words("正规发票", cjk_bigrams=True, cjk_segmenter="chars") == [
+    assert words("正规发票", cjk_bigrams=True, cjk_runs=False, cjk_segmenter="chars") == [
         "正", "规", "发", "票", "正规", "规发", "发票"
     ]
 
