@@ -60,6 +60,10 @@ LAG_REPORT_SECONDS = 1.0
 FENCED_EXIT_CODE = 4
 #: Exit code of a daemon that found a changelog record it cannot apply (an operator's case).
 CHANGELOG_EXIT_CODE = 5
+#: How long taking a partition over waits for an earlier owner's transaction to resolve (see
+#: Daemon._settled_ends): far above the markers' lag (tens of ms under load), well below a
+#: session, since the rebalance callback it runs in sends no heartbeats.
+SETTLE_SECONDS = 2.0
 
 
 @dataclass(slots=True)
@@ -308,10 +312,6 @@ class Daemon(RecordProcessor, Committer):
             try:
                 ends, waited = self._settled_ends(new, changelog_tps)
                 applied = self._catch_up(changelog_tps, ends=ends)
-            except TimeoutError as error:
-                self.fatal = (STALLED_EXIT_CODE, f"cannot take partitions over: {error}")
-                self.failed = True
-                return
             except ChangelogError as error:
                 # Raised here, kafka-python would log it and hand the loop a KafkaError;
                 # the loop ends on it instead, with its own exit code.
@@ -351,31 +351,44 @@ class Daemon(RecordProcessor, Committer):
         commit would write the slice's keys without it: labels lost. So, first no transaction
         holds the offsets of ``tps`` (the earlier owner's commit is decided and its records
         written), then each changelog partition's ``read_committed`` end has reached its high
-        watermark (every transaction there is committed or aborted). Either wait is bounded
-        by ``kafka.stall_seconds`` (``TimeoutError``); an unresolved transaction of a dead
-        producer is aborted by the broker after ``kafka.transaction_timeout_ms``. The count
-        returned is of the partitions whose ``read_committed`` end was behind at first."""
+        watermark (every transaction there is committed or aborted).
+
+        Both waits together last at most :data:`SETTLE_SECONDS`: this runs in the rebalance
+        callback, where kafka-python 3 sends no heartbeats, and a dead producer's open
+        transaction (killed mid-commit, with a transactional id no one reuses) stays
+        unresolved until the broker aborts it after ``kafka.transaction_timeout_ms``, longer
+        than a session. Past that bound the slice is read to the ``read_committed`` end as it
+        is, with a warning (``event=takeover_unsettled``): the transaction still open then is
+        almost certainly such a dead one, which will be aborted."""
         if not tps:
             return {}, 0
-        limit = self.settings.kafka.stall_seconds
-        deadline = time.monotonic() + limit
+        deadline = time.monotonic() + SETTLE_SECONDS
         # What the ends were at first: how many a read to the read_committed end alone would
         # have read short (the log's unsettled_changelogs).
         highs = self.io.tail_highwaters(changelog_tps)
         ends = self.io.tail_ends(changelog_tps)
         unsettled = sum(ends[tp] < highs[tp] for tp in changelog_tps)
-        self.io.settle_offsets(tps, limit)
+        offsets_stable = self.io.settle_offsets(tps, SETTLE_SECONDS)
         highs = self.io.tail_highwaters(changelog_tps)
         while True:
             ends = self.io.tail_ends(changelog_tps)
             behind = [tp for tp in changelog_tps if ends[tp] < highs[tp]]
-            if not behind:
+            if not behind and offsets_stable:
                 return ends, unsettled
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"a transaction on changelog {', '.join(slice_key(tp) for tp in behind)} "
-                    f"stayed unresolved for {limit:.0f} s (ends {ends}, high watermarks "
-                    f"{highs})")
+            if not offsets_stable or time.monotonic() > deadline:
+                log.warning(
+                    "taking %s over with %s: read to the read_committed end (a dead "
+                    "producer's open transaction, aborted after kafka.transaction_timeout_ms?)",
+                    ", ".join(slice_key(tp) for tp in tps),
+                    "offsets still held by a transaction" if not offsets_stable else
+                    "a transaction unresolved on changelog " +
+                    ", ".join(slice_key(tp) for tp in behind),
+                    extra={"event": "takeover_unsettled",
+                           "partitions": [slice_key(tp) for tp in tps],
+                           "changelogs": [slice_key(tp) for tp in behind],
+                           "offsets_stable": offsets_stable},
+                )
+                return ends, unsettled
             time.sleep(0.01)
 
     def on_revoked(self, tps: list[TP], lost: bool = False) -> None:

@@ -328,6 +328,7 @@ class FakeIO:
     def settle_offsets(self, tps, timeout):
         # the fake's offsets are stable as soon as they are committed
         self.settled.append(list(tps))
+        return True
 
     def room(self, topic, key, headers=None):
         return self.max_record_bytes - record_size(key, b"", headers) - 5

@@ -329,7 +329,7 @@ def test_a_partition_taken_over_during_its_previous_owners_commit_keeps_that_com
     from streamnb.config import KafkaSettings
     from streamnb.daemon.changelog import all_records
     from streamnb.daemon.feedback import FeedbackStore
-    from streamnb.daemon.kafka_io import KafkaIO, ensure_changelogs
+    from streamnb.daemon.kafka_io import KafkaIO, ensure_changelogs, open_admin
     from streamnb.daemon.watchdog import Watchdog
 
     rows = sms(data_dir)[:200]
@@ -367,19 +367,24 @@ def test_a_partition_taken_over_during_its_previous_owners_commit_keeps_that_com
         wait_for(lambda: committed_offsets_pending(kafka_bootstrap, group, topic), 30,
                  "the previous owner's offsets in its open transaction")
         daemon = Group(tmp_path, kafka_bootstrap, topic_prefix, partitions=1).start()
-        restored_at: list[float] = []
+        admin = open_admin(settings, 10.0)
+        stable_at: list[float] = []
 
         def at_its_partition():
-            """Taken over (it did not wait for the commit), or 5 s after it read the state
-            (it is waiting): then the previous owner commits."""
-            events = [e.get("event") for e in daemon.events()]
-            if "assigned" in events:
+            """Taken over (it did not wait for the commit), or 0.5 s after the group became
+            stable (it is waiting in its takeover, up to SETTLE_SECONDS): then the previous
+            owner commits."""
+            if any(e.get("event") == "assigned" for e in daemon.events()):
                 return True
-            if not restored_at and "state_restored" in events:
-                restored_at.append(time.monotonic())
-            return bool(restored_at) and time.monotonic() - restored_at[0] > 5.0
+            if not stable_at and admin.describe_groups([group])[group]["group_state"] == \
+                    "Stable":
+                stable_at.append(time.monotonic())
+            return bool(stable_at) and time.monotonic() - stable_at[0] > 0.5
 
-        wait_for(at_its_partition, 60, "the daemon at its partition", every=0.1)
+        try:
+            wait_for(at_its_partition, 60, "the daemon at its partition", every=0.05)
+        finally:
+            admin.close()
     finally:
         release.set()
         committer.join(timeout=60)
