@@ -59,9 +59,11 @@ class Committer:
            group's metadata (``send_offsets_to_transaction``): a member of an older
            generation of the group is fenced here.
         4. Commit the transaction (bounded by the watchdog). This is the commit point: the
-           outputs, the state and the offsets become visible to ``read_committed`` readers
-           together; a crash before it leaves none of them (the broker aborts the
-           transaction, or the next producer with the same transactional id does).
+           outputs, the state and the offsets are committed together; a crash before it
+           leaves none of them (the broker aborts the transaction, or the next producer with
+           the same transactional id does). ``read_committed`` readers see them once the
+           broker has written the markers, a moment after this returns: a partition's next
+           owner waits for that (``Daemon._settled_ends``).
         5. Mark every owned slice unchanged: what it holds is now what its changelog holds.
         6. Record the commit's duration and size in the metrics, and log it.
 

@@ -244,6 +244,12 @@ class KafkaIO:
     Reading inputs with ``isolation_level=read_committed`` also makes the group's offset fetch
     wait for a pending transaction's offsets (KIP-447's ``require_stable``), so a partition's
     new owner never starts from offsets that a dying owner's commit is about to move.
+
+    Two small clients of their own answer the questions a partition's new owner asks from the
+    rebalance callback, where this consumer's coordinator may not be used (see the threading
+    note): the offset fetch above, and the changelog partitions' high watermarks
+    (``read_uncommitted`` ends), whose gap to the ``read_committed`` ends shows a transaction
+    still unresolved there (:meth:`settle_offsets`, :meth:`tail_highwaters`).
     """
 
     def __init__(
@@ -287,6 +293,21 @@ class KafkaIO:
             fetch_max_bytes=64 * 1024 * 1024,
             max_partition_fetch_bytes=16 * 1024 * 1024,
         )
+        # Never subscribes: only fetches the group's committed offsets (require_stable).
+        self.offsets_reader = KafkaConsumer(
+            **client_config(settings),
+            client_id=f"{settings.client_id}-offsets",
+            group_id=settings.group_id,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+        )
+        self.ends_reader = KafkaConsumer(
+            **client_config(settings),
+            client_id=f"{settings.client_id}-ends",
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_uncommitted",
+        )
         self.consumer = KafkaConsumer(
             **client_config(settings),
             client_id=settings.client_id,
@@ -329,6 +350,20 @@ class KafkaIO:
     def committed(self, tp: TP) -> int | None:
         """The group's committed offset of ``tp`` (None: never committed)."""
         return self.consumer.committed(TopicPartition(*tp), timeout_ms=30_000)
+
+    def settle_offsets(self, tps: list[TP], timeout: float) -> bool:
+        """Wait until no transaction holds pending offsets of the input partitions ``tps``
+        (a previous owner's last commit, or a zombie's): the group's offset fetch with
+        ``require_stable`` answers only then. False if that took longer than ``timeout``
+        seconds. Safe in a rebalance callback (a client of its own)."""
+        deadline = time.monotonic() + timeout
+        for tp in tps:
+            left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            try:
+                self.offsets_reader.committed(TopicPartition(*tp), timeout_ms=left_ms)
+            except KafkaError:
+                return False
+        return True
 
     def input_partitions(self) -> list[TP]:
         return [(topic, p) for topic in self.settings.input_topics
@@ -474,6 +509,12 @@ class KafkaIO:
         ends = self.reader.end_offsets([TopicPartition(*tp) for tp in tps])
         return {(tp.topic, tp.partition): offset for tp, offset in ends.items()}
 
+    def tail_highwaters(self, tps: list[TP]) -> dict[TP, int]:
+        """The high watermark (read_uncommitted end) of each changelog partition: past the
+        read_committed end while a transaction that wrote there is unresolved."""
+        ends = self.ends_reader.end_offsets([TopicPartition(*tp) for tp in tps])
+        return {(tp.topic, tp.partition): offset for tp, offset in ends.items()}
+
     def close(self, timeout: float = 5.0) -> None:
         try:
             if self.in_transaction:
@@ -484,7 +525,11 @@ class KafkaIO:
             try:
                 self.reader.close(autocommit=False, timeout_ms=int(timeout * 1000))
             finally:
-                self.producer.close(timeout=timeout)
+                try:
+                    for client in (self.offsets_reader, self.ends_reader):
+                        client.close(autocommit=False, timeout_ms=int(timeout * 1000))
+                finally:
+                    self.producer.close(timeout=timeout)
 
 
 def ensure_changelogs(settings: KafkaSettings, changelogs: dict[str, str]) -> None:

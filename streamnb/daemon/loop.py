@@ -60,6 +60,10 @@ LAG_REPORT_SECONDS = 1.0
 FENCED_EXIT_CODE = 4
 #: Exit code of a daemon that found a changelog record it cannot apply (an operator's case).
 CHANGELOG_EXIT_CODE = 5
+#: How long taking a partition over waits for an earlier owner's transaction to resolve (see
+#: Daemon._settled_ends): far above the markers' lag (tens of ms under load), well below a
+#: session, since the rebalance callback it runs in sends no heartbeats.
+SETTLE_SECONDS = 2.0
 
 
 @dataclass(slots=True)
@@ -229,15 +233,17 @@ class Daemon(RecordProcessor, Committer):
         )
 
     def _catch_up(self, changelog_tps: list[TP], timeout: float | None = None,
-                  follow: bool = True) -> int:
+                  follow: bool = True, ends: dict[TP, int] | None = None) -> int:
         """Apply changelog records until each of ``changelog_tps`` is read to its committed
-        end (records of other partitions read meanwhile are applied too; ``follow=False``:
-        to the slices only, the caller re-sums the global model). A large changelog may take
-        long; only ``stall_seconds`` (or ``timeout``) without any record is an error."""
+        end, or to ``ends`` (records of other partitions read meanwhile are applied too;
+        ``follow=False``: to the slices only, the caller re-sums the global model). A large
+        changelog may take long; only ``stall_seconds`` (or ``timeout``) without any record
+        is an error."""
         if not changelog_tps:
             return 0
         limit = self.settings.kafka.stall_seconds if timeout is None else timeout
-        ends = self.io.tail_ends(changelog_tps)
+        if ends is None:
+            ends = self.io.tail_ends(changelog_tps)
         deadline = time.monotonic() + limit
         applied = 0
         while True:
@@ -290,10 +296,12 @@ class Daemon(RecordProcessor, Committer):
     def on_assigned(self, tps: list[TP]) -> None:
         """Take each newly assigned partition's slice over (``tps`` may hold partitions
         already owned, eager assignors hand the whole new assignment; those keep their slice
-        and offsets as they are): read its changelog to the end
-        (it is usually held already, as a remote slice), then learn into it. The consumer
-        resumes each partition at the offset committed with that state."""
+        and offsets as they are): read its changelog to the end once every commit of an
+        earlier owner is visible there (:meth:`_settled_ends`; the slice is usually held
+        already, as a remote slice), then learn into it. The consumer resumes each partition
+        at the offset committed with that state."""
         started = time.perf_counter()
+        waited = 0
         with self.lock:
             self.generation += 1
             self.rebalancing_since = None
@@ -302,7 +310,8 @@ class Daemon(RecordProcessor, Committer):
             known = set(self.io.tail_assignment())
             self.io.tail_assign({tp: None for tp in changelog_tps if tp not in known})
             try:
-                applied = self._catch_up(changelog_tps)
+                ends, waited = self._settled_ends(new, changelog_tps)
+                applied = self._catch_up(changelog_tps, ends=ends)
             except ChangelogError as error:
                 # Raised here, kafka-python would log it and hand the loop a KafkaError;
                 # the loop ends on it instead, with its own exit code.
@@ -322,8 +331,65 @@ class Daemon(RecordProcessor, Committer):
             applied,
             time.perf_counter() - started,
             extra={"event": "assigned", "partitions": [slice_key(tp) for tp in new],
-                   "records": applied, "seconds": round(time.perf_counter() - started, 4)},
+                   "records": applied, "seconds": round(time.perf_counter() - started, 4),
+                   "unsettled_changelogs": waited},
         )
+
+    def _settled_ends(self, tps: list[TP], changelog_tps: list[TP]) -> tuple[dict[TP, int], int]:
+        """Where to read the changelogs of the newly assigned ``tps`` to before taking their
+        slices over: their ``read_committed`` ends once every transaction that wrote there
+        (or holds the partitions' offsets) is resolved; and how many were not at first.
+
+        The consumer resumes a partition at its committed offset, and its offset fetch waits
+        for any transaction holding that offset (KIP-447). The slice must be read to the same
+        point, and the ``read_committed`` end alone is not it: ``commit_transaction`` returns
+        once the broker has decided to commit, before the markers that make the records
+        visible are written (tens of ms under load), and a partition's previous owner commits
+        on revocation just before its new owner is given it; a zombie can even finish a commit
+        whose offsets it sent before it was fenced. Read only to that end, the slice would
+        lack the last commit while the partition resumes after it, and this daemon's next
+        commit would write the slice's keys without it: labels lost. So, first no transaction
+        holds the offsets of ``tps`` (the earlier owner's commit is decided and its records
+        written), then each changelog partition's ``read_committed`` end has reached its high
+        watermark (every transaction there is committed or aborted).
+
+        Both waits together last at most :data:`SETTLE_SECONDS`: this runs in the rebalance
+        callback, where kafka-python 3 sends no heartbeats, and a dead producer's open
+        transaction (killed mid-commit, with a transactional id no one reuses) stays
+        unresolved until the broker aborts it after ``kafka.transaction_timeout_ms``, longer
+        than a session. Past that bound the slice is read to the ``read_committed`` end as it
+        is, with a warning (``event=takeover_unsettled``): the transaction still open then is
+        almost certainly such a dead one, which will be aborted."""
+        if not tps:
+            return {}, 0
+        deadline = time.monotonic() + SETTLE_SECONDS
+        # What the ends were at first: how many a read to the read_committed end alone would
+        # have read short (the log's unsettled_changelogs).
+        highs = self.io.tail_highwaters(changelog_tps)
+        ends = self.io.tail_ends(changelog_tps)
+        unsettled = sum(ends[tp] < highs[tp] for tp in changelog_tps)
+        offsets_stable = self.io.settle_offsets(tps, SETTLE_SECONDS)
+        highs = self.io.tail_highwaters(changelog_tps)
+        while True:
+            ends = self.io.tail_ends(changelog_tps)
+            behind = [tp for tp in changelog_tps if ends[tp] < highs[tp]]
+            if not behind and offsets_stable:
+                return ends, unsettled
+            if not offsets_stable or time.monotonic() > deadline:
+                log.warning(
+                    "taking %s over with %s: read to the read_committed end (a dead "
+                    "producer's open transaction, aborted after kafka.transaction_timeout_ms?)",
+                    ", ".join(slice_key(tp) for tp in tps),
+                    "offsets still held by a transaction" if not offsets_stable else
+                    "a transaction unresolved on changelog " +
+                    ", ".join(slice_key(tp) for tp in behind),
+                    extra={"event": "takeover_unsettled",
+                           "partitions": [slice_key(tp) for tp in tps],
+                           "changelogs": [slice_key(tp) for tp in behind],
+                           "offsets_stable": offsets_stable},
+                )
+                return ends, unsettled
+            time.sleep(0.01)
 
     def on_revoked(self, tps: list[TP], lost: bool = False) -> None:
         """Commit before giving partitions up, then read their slices from the changelog."""

@@ -197,13 +197,46 @@ class FakeKafka:
 
     Records written in a transaction are appended when it commits (a read_committed view):
     an aborted or unfinished transaction leaves nothing.
+
+    ``marker_lag``: as on a real broker, a commit returns before the markers that make its
+    records visible to read_committed readers are written: its records are past each written
+    partition's read_committed end (``stable_end``) for that many queries of that end, each
+    query being time that passes. Its offsets are committed at once (the worst order: the
+    group's offsets are stable before the changelog's records are visible).
     """
 
-    def __init__(self, partitions: dict[str, int]):
+    def __init__(self, partitions: dict[str, int], marker_lag: int = 0):
         self.topics = {t: [[] for _ in range(n)] for t, n in partitions.items()}
         self.committed: dict[tuple[str, int], int] = {}
         self.clock = 1_000_000
         self.epochs: dict[str, int] = {}  # transactional id -> producer epoch
+        self.marker_lag = marker_lag
+        # partition -> [its read_committed end, queries of it until the markers are written]
+        self.unresolved: dict[tuple[str, int], list[int]] = {}
+
+    def committing(self, tp: tuple[str, int]) -> None:
+        """A commit is about to append records to ``tp``: they stay unresolved for
+        ``marker_lag`` queries of its read_committed end."""
+        if self.marker_lag:
+            pending = self.unresolved.setdefault(tp, [len(self.topics[tp[0]][tp[1]]), 0])
+            pending[1] = self.marker_lag
+
+    def stable_end(self, tp: tuple[str, int], query: bool = True) -> int:
+        """The read_committed end of ``tp``; ``query``: a ListOffsets, which lets time pass
+        (a fetch does not)."""
+        pending = self.unresolved.get(tp)
+        if pending is None:
+            return len(self.topics[tp[0]][tp[1]])
+        end = pending[0]
+        if query:
+            pending[1] -= 1
+            if pending[1] <= 0:
+                del self.unresolved[tp]
+        return end
+
+    def write_markers(self) -> None:
+        """Every committed transaction's records become visible now."""
+        self.unresolved.clear()
 
     def append(self, topic, value, key=None, partition=None, headers=()):
         parts = self.topics.setdefault(topic, [[]])
@@ -245,6 +278,7 @@ class FakeIO:
         self.assigned: list[tuple[str, int]] = []
         self.closed = False
         self.subscribed = False
+        self.settled: list[list[tuple[str, int]]] = []  # settle_offsets calls
         self.pending_assignment = [(t, p) for t in self.topics
                                    for p in range(len(kafka.topics[t]))]
 
@@ -291,6 +325,11 @@ class FakeIO:
     def committed(self, tp):
         return self.kafka.committed.get(tp)
 
+    def settle_offsets(self, tps, timeout):
+        # the fake's offsets are stable as soon as they are committed
+        self.settled.append(list(tps))
+        return True
+
     def room(self, topic, key, headers=None):
         return self.max_record_bytes - record_size(key, b"", headers) - 5
 
@@ -305,6 +344,8 @@ class FakeIO:
         if self.kafka.epochs[self.transactional_id] != self.epoch:
             self.outbox.clear()
             raise FencedError(f"a newer producer has transactional id {self.transactional_id}")
+        for topic, _, _, _, partition in self.outbox:
+            self.kafka.committing((topic, 0 if partition is None else partition))
         for topic, key, value, headers, partition in self.outbox:
             self.kafka.append(topic, value, key=key,
                               partition=0 if partition is None else partition, headers=headers)
@@ -332,7 +373,8 @@ class FakeIO:
     def tail_poll(self, timeout_ms):
         out = []
         for tp, pos in self.tail.items():
-            take = self.part(tp)[pos : pos + self.batch]
+            end = min(pos + self.batch, self.kafka.stable_end(tp, query=False))
+            take = self.part(tp)[pos:end]
             self.tail[tp] = pos + len(take)
             out.extend(take)
         return out
@@ -341,10 +383,13 @@ class FakeIO:
         return {tp: self.tail[tp] for tp in tps}
 
     def tail_ends(self, tps):
+        return {tp: self.kafka.stable_end(tp) for tp in tps}
+
+    def tail_highwaters(self, tps):
         return {tp: len(self.part(tp)) for tp in tps}
 
     def tail_lag(self):
-        return sum(len(self.part(tp)) - pos for tp, pos in self.tail.items())
+        return sum(self.kafka.stable_end(tp, query=False) - pos for tp, pos in self.tail.items())
 
     def close(self, timeout=5.0):
         self.closed = True

@@ -277,6 +277,37 @@ def test_a_partition_moves_to_another_daemon_without_replay_and_both_predict_ali
     assert Counter(key for key, _ in outputs(kafka)) == Counter(unlabelled)
 
 
+def test_a_partition_taken_over_right_after_its_owner_committed_keeps_that_commit(tmp_path):
+    """The previous owner commits on revocation, and the broker writes that transaction's
+    markers a moment after commit_transaction returns: the new owner, given the partition
+    within that moment, must read the slice to that commit (its offsets are the ones the
+    partition resumes at), not to the read_committed end it sees first."""
+    kafka, texts, final = _stream(7, n=120, partitions=2)
+    first = make_daemon(settings_for(), kafka, transactional_id="a")
+    for _ in range(3):
+        first.process(first.io.poll(0))
+    first.checkpoint("interval")
+    second = make_daemon(settings_for(), kafka, transactional_id="b")
+    second.io.pending_assignment = []
+    second.io.poll(0)
+    first.process(first.io.poll(0))  # learned, not committed yet
+    kafka.marker_lag = 3  # the revocation's commit stays invisible for three end queries
+    first.io.rebalance([("in", 0)])
+    first.process(first.io.poll(0))  # revokes (commits), keeps in:0
+    second.io.rebalance([("in", 1)])
+    second.process(second.io.poll(0))  # takes in:1 over, resumes at that commit's offset
+    assert second.io.settled == [[("in", 1)]]
+    kafka.write_markers()
+    kafka.marker_lag = 0
+    for daemon in (first, second):
+        drain(daemon)
+        daemon.checkpoint("interval")
+    assert changelog_state(kafka) == offline(final, texts)
+    for daemon in (first, second):
+        follow(daemon)
+        assert total_state(daemon) == offline(final, texts)
+
+
 def test_a_zombie_with_the_same_transactional_id_is_fenced_and_writes_nothing(tmp_path):
     kafka, _, _ = _stream(2, n=40, partitions=1)
     zombie = make_daemon(settings_for(), kafka, transactional_id="same")

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +18,13 @@ import pytest
 
 from streamnb.codec import Message
 from streamnb.daemon.changelog import changelog_topic
-from streamnb.daemon.kafka_io import create_topics, end_offsets, produce, read_all
+from streamnb.daemon.kafka_io import (
+    committed_offsets,
+    create_topics,
+    end_offsets,
+    produce,
+    read_all,
+)
 from streamnb.pipeline import build_pipeline
 from tests.integration.harness import (
     DaemonProcess,
@@ -308,6 +315,100 @@ def test_a_zombie_with_the_same_transactional_id_is_fenced_and_writes_nothing(
     out = read_all(kafka_bootstrap, f"{topic_prefix}-out",
                    until=lambda r: len(r) >= len(unlabelled), timeout=60)
     assert Counter(r.key.decode() for r in out) == Counter(unlabelled)
+
+
+def test_a_partition_taken_over_during_its_previous_owners_commit_keeps_that_commit(
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+):
+    """The previous owner of a partition has sent its last commit (the slice's changelog
+    records and the input offset) and is still committing when a daemon takes the partition
+    over: a zombie finishing its commit, or the broker writing the markers of a commit just
+    decided (commit_transaction returns before they are written). The daemon resumes at that
+    commit's offset, so it must hold that commit's state: it waits for the transaction, then
+    reads the changelog to its end."""
+    from streamnb.config import KafkaSettings
+    from streamnb.daemon.changelog import all_records
+    from streamnb.daemon.feedback import FeedbackStore
+    from streamnb.daemon.kafka_io import KafkaIO, ensure_changelogs, open_admin
+    from streamnb.daemon.watchdog import Watchdog
+
+    rows = sms(data_dir)[:200]
+    before, after = rows[:120], rows[120:]
+    topic, group = f"{topic_prefix}-in", f"{topic_prefix}-group"
+    create_topics(kafka_bootstrap, {topic: 1, f"{topic_prefix}-out": 1,
+                                    f"{topic_prefix}-dlq": 1})
+    changelog = changelog_topic(group, topic)
+    settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, input_topics=(topic,),
+                             group_id=group)
+    ensure_changelogs(settings, {topic: changelog})
+    produce(kafka_bootstrap, topic,
+            [(m.encode(), value(m, text, label), 0) for m, label, text in before])
+
+    # The previous owner: its slice of the first 120 labels and their offset, in a
+    # transaction whose commit waits until released.
+    pipeline = build_pipeline({"kind": "multinomial"}, {})
+    for m, label, text in before:
+        pipeline.model.learn_one(pipeline.prepare(Message(id=m, text=text)).x, label)
+    owner = KafkaIO(settings, lambda tps: None, lambda tps, lost: None, {topic: changelog},
+                    f"{topic_prefix}-previous-owner", Watchdog(120.0))
+    release = threading.Event()
+    commit_now = owner.producer.commit_transaction
+
+    def commit_when_released():
+        release.wait(60)
+        commit_now()
+
+    owner.producer.commit_transaction = commit_when_released
+    for key, record in all_records(pipeline.model, FeedbackStore()):
+        owner.send(changelog, key, record, partition=0)
+    committer = threading.Thread(target=owner.commit, args=({(topic, 0): len(before)},))
+    committer.start()
+    try:
+        wait_for(lambda: committed_offsets_pending(kafka_bootstrap, group, topic), 30,
+                 "the previous owner's offsets in its open transaction")
+        daemon = Group(tmp_path, kafka_bootstrap, topic_prefix, partitions=1).start()
+        admin = open_admin(settings, 10.0)
+        stable_at: list[float] = []
+
+        def at_its_partition():
+            """Taken over (it did not wait for the commit), or 0.5 s after the group became
+            stable (it is waiting in its takeover, up to SETTLE_SECONDS): then the previous
+            owner commits."""
+            if any(e.get("event") == "assigned" for e in daemon.events()):
+                return True
+            if not stable_at and admin.describe_groups([group])[group]["group_state"] == \
+                    "Stable":
+                stable_at.append(time.monotonic())
+            return bool(stable_at) and time.monotonic() - stable_at[0] > 0.5
+
+        try:
+            wait_for(at_its_partition, 60, "the daemon at its partition", every=0.05)
+        finally:
+            admin.close()
+    finally:
+        release.set()
+        committer.join(timeout=60)
+        owner.close()
+    produce(kafka_bootstrap, topic,
+            [(m.encode(), value(m, text, label), 0) for m, label, text in after])
+    wait_caught_up(kafka_bootstrap, topic_prefix, daemon, timeout=120)
+    assert not started_partitions([daemon])  # it resumed at the previous owner's offset
+    want, _ = offline_model({m: label for m, label, _ in rows}, {m: t for m, _, t in rows})
+    got = changelog_model(kafka_bootstrap, topic_prefix)
+    assert got.n_updates == want.n_updates == len(rows)
+    assert got.to_state() == want.to_state()
+    daemon.terminate(timeout=30)
+
+
+def committed_offsets_pending(bootstrap: str, group: str, topic: str) -> bool:
+    """Whether a transaction holds offsets of ``group`` not committed yet (a read_committed
+    offset fetch waits for them: it is still waiting after a second)."""
+    result: list = []
+    probe = threading.Thread(target=lambda: result.append(
+        committed_offsets(bootstrap, group, topic)), daemon=True)
+    probe.start()
+    probe.join(timeout=1.0)
+    return probe.is_alive()
 
 
 def run_once(tmp_path, kafka_bootstrap, topic_prefix, timeout=60):
