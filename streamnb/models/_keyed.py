@@ -313,6 +313,16 @@ class KeyedTextStatistics:
             raise StateError(f"corrupt statistics key: bucket {token!r} outside range(n_buckets)")
         return token
 
+    def _array_rows_changed(self, rows: np.ndarray) -> None:
+        """The count array's ``rows`` were written directly: the short path's row lists and
+        cached rows are stale, so it copies them back from the array before it reads them."""
+        self._stale[rows] = True
+        self._any_stale = True
+        if self._row_cache:
+            drop = self._row_cache.pop
+            for row in rows.tolist():
+                drop(row, None)
+
     def _set_rows(self, tokens: list, token_counts: list[dict[str, float]]) -> np.ndarray:
         if len(set(tokens)) != len(tokens):
             raise StateError("corrupt statistics: a token is set twice")
@@ -324,12 +334,7 @@ class KeyedTextStatistics:
                 new[i, column[label]] = count
         old = self._counts[rows]
         self._counts[rows] = new
-        # The short path copies these rows back from the array before it reads them.
-        self._stale[rows] = True
-        self._any_stale = True
-        drop = self._row_cache.pop
-        for row in rows.tolist():
-            drop(row, None)
+        self._array_rows_changed(rows)
         nnz_old = np.count_nonzero(old, axis=1)
         nnz_new = np.count_nonzero(new, axis=1)
         self._nnz[rows] = nnz_new

@@ -393,12 +393,7 @@ def _after_native(model: MultinomialNB, batch: _Batch, column: np.ndarray,
     written = np.zeros(len(batch.distinct), dtype=bool)
     written[batch.ids[offsets[start]:offsets[stop]][in_learned]] = True
     changed_rows = batch.distinct_rows[written]  # one row per distinct token
-    model._stale[changed_rows] = True
-    model._any_stale = True
-    cache = model._row_cache
-    if cache:
-        for row in changed_rows.tolist():
-            cache.pop(row, None)
+    model._array_rows_changed(changed_rows)
     if model._changed_rows is not None:
         model._note_rows(changed_rows)
     model._active = None
@@ -500,12 +495,7 @@ def _after_bulk_learning(model: MultinomialNB, changed_rows: np.ndarray) -> None
     after = np.count_nonzero(model._counts[changed_rows], axis=1)
     model._nnz[changed_rows] = after
     model._vocab += int(np.count_nonzero((before == 0) & (after > 0)))
-    model._stale[changed_rows] = True
-    model._any_stale = True
-    cache = model._row_cache
-    if cache:
-        for row in changed_rows.tolist():
-            cache.pop(row, None)
+    model._array_rows_changed(changed_rows)
 
 
 def _probabilities(model: MultinomialNB, values: np.ndarray, on_array_path: np.ndarray,
