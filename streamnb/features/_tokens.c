@@ -750,6 +750,35 @@ PyDoc_STRVAR(count_address_field_doc,
 "rest of the value (of all of it with ``address_words``), lower-cased with ``lower``.\n"
 "``second_level``: the labels under which a domain has three labels (co.uk).");
 
+/* The first address (mail.ADDRESS_RE) of the ASCII data[from:n]: 1 with its start, the index
+ * of its '@' and its end set; 0 when there is none. */
+static int
+next_address(const unsigned char *data, Py_ssize_t n, Py_ssize_t from, Py_ssize_t *start,
+             Py_ssize_t *at_sign, Py_ssize_t *end)
+{
+    Py_ssize_t i = from;
+    while (i < n) {
+        /* an address starts only where a run of local-part characters starts */
+        if (!is_local_char(data[i]) || (i > 0 && is_local_char(data[i - 1]))) {
+            i++;
+            continue;
+        }
+        Py_ssize_t at = i;
+        while (at < n && is_local_char(data[at]))
+            at++;
+        Py_ssize_t host_end = at < n && data[at] == '@'
+            ? match_host(PyUnicode_1BYTE_KIND, data, at + 1, n) : -1;
+        if (host_end >= 0) {
+            *start = i;
+            *at_sign = at;
+            *end = host_end;
+            return 1;
+        }
+        i = at;
+    }
+    return 0;
+}
+
 /* count_address_field's work on an ASCII prefix and value; -1 with an exception set */
 static int
 count_address_value(WordCounter *self, PyObject *prefix, PyObject *value, PyObject *counts,
@@ -763,23 +792,8 @@ count_address_value(WordCounter *self, PyObject *prefix, PyObject *value, PyObje
         PyErr_NoMemory();
         return -1;
     }
-    Py_ssize_t rest_len = 0, kept_from = 0, i = 0;
-    while (i < n) {
-        /* an address starts only where a run of local-part characters starts */
-        if (!is_local_char(data[i]) || (i > 0 && is_local_char(data[i - 1]))) {
-            i++;
-            continue;
-        }
-        Py_ssize_t at = i;
-        while (at < n && is_local_char(data[at]))
-            at++;
-        Py_ssize_t end = at < n && data[at] == '@' ? match_host(PyUnicode_1BYTE_KIND, data,
-                                                                at + 1, n)
-                                                   : -1;
-        if (end < 0) {
-            i = at;
-            continue;
-        }
+    Py_ssize_t rest_len = 0, kept_from = 0, i = 0, at, end;
+    while (next_address(data, n, i, &i, &at, &end)) {
         if (add_address(counts, prefix, second_level, data, i, at + 1, end) < 0) {
             PyMem_Free(rest);
             return -1;
@@ -957,22 +971,8 @@ addresses(PyObject *Py_UNUSED(module), PyObject *value)
     const unsigned char *data = PyUnicode_1BYTE_DATA(value);
     Py_ssize_t n = PyUnicode_GET_LENGTH(value), i = 0;
     PyObject *found = PyList_New(0);
-    while (found != NULL && i < n) {
-        /* an address starts only where a run of local-part characters starts */
-        if (!is_local_char(data[i]) || (i > 0 && is_local_char(data[i - 1]))) {
-            i++;
-            continue;
-        }
-        Py_ssize_t at = i;
-        while (at < n && is_local_char(data[at]))
-            at++;
-        Py_ssize_t end = at < n && data[at] == '@' ? match_host(PyUnicode_1BYTE_KIND, data,
-                                                                at + 1, n)
-                                                   : -1;
-        if (end < 0) {
-            i = at;
-            continue;
-        }
+    Py_ssize_t at, end;
+    while (found != NULL && next_address(data, n, i, &i, &at, &end)) {
         PyObject *address = PyUnicode_New(end - i, 127);
         if (address == NULL) {
             Py_CLEAR(found);
