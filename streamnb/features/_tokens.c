@@ -1140,6 +1140,14 @@ field_value_end(const unsigned char *b, Py_ssize_t n, Py_ssize_t j)
     }
 }
 
+/* Where the line after the one at b[line] starts; -1 when that line is the last. */
+static inline Py_ssize_t
+next_line(const unsigned char *b, Py_ssize_t n, Py_ssize_t line)
+{
+    const unsigned char *nl = memchr(b + line, '\n', (size_t)(n - line));
+    return nl == NULL ? -1 : nl - b + 1;
+}
+
 /* The fields of header_layout._FIELD_RE (``^([!-9;-~]+)[ \t]*:[ \t]*(.*(?:\n[ \t].*)*)``,
  * re.M) as findall finds them, the first ``max`` of them. ``.`` is every byte but \n. */
 static Py_ssize_t
@@ -1152,10 +1160,8 @@ layout_fields(const unsigned char *b, Py_ssize_t n, LayoutField *fields, Py_ssiz
             name_end++;
         Py_ssize_t start = name_end > line ? field_value_start(b, n, name_end) : -1;
         if (start < 0) { /* not a field line: on to the next line */
-            const unsigned char *nl = memchr(b + line, '\n', (size_t)(n - line));
-            if (nl == NULL)
+            if ((line = next_line(b, n, line)) < 0)
                 break;
-            line = nl - b + 1;
             continue;
         }
         Py_ssize_t end = field_value_end(b, n, start);
@@ -1381,10 +1387,8 @@ header_fields(PyObject *Py_UNUSED(module), PyObject *args)
                 put_lower(PyUnicode_1BYTE_DATA(name), b + line, name_end - line);
         }
         if (name == NULL) { /* not a field read: on to the next line */
-            const unsigned char *nl = memchr(b + line, '\n', (size_t)(n - line));
-            if (nl == NULL)
+            if ((line = next_line(b, n, line)) < 0)
                 break;
-            line = nl - b + 1;
             continue;
         }
         Py_ssize_t end = field_value_end(b, n, start);
