@@ -64,6 +64,26 @@ log = logging.getLogger("streamnb.kafka")
 TP = tuple[str, int]
 
 
+class PendingOffsetsAreNotErrors(logging.Filter):
+    """kafka-python logs each retry of an offset fetch that a pending transaction holds
+    (``UNSTABLE_OFFSET_COMMIT``, a retriable error it retries itself) at ERROR, and a
+    partition's new owner waits for its previous owner's commit that way by design (KIP-447's
+    ``require_stable``; "Assignment, revocation, failover" in docs/daemon.md). Those records
+    are kept at DEBUG; every other record passes unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and "UnstableOffsetCommitError" in record.getMessage():
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _quiet_pending_offset_fetches() -> None:
+    logger = logging.getLogger("kafka.coordinator.consumer")
+    if not any(isinstance(f, PendingOffsetsAreNotErrors) for f in logger.filters):
+        logger.addFilter(PendingOffsetsAreNotErrors())
+
+
 class Record(NamedTuple):
     """One input record, decoupled from kafka-python's types (a named tuple: made for every
     polled record, it costs a third of a frozen dataclass's 0.6 µs)."""
@@ -275,6 +295,7 @@ class KafkaIO:
         self.incremental = settings.assignment_strategy == "cooperative-sticky"
         self._errors: list[BaseException] = []
         self._errors_lock = threading.Lock()
+        _quiet_pending_offset_fetches()
         self.producer = KafkaProducer(
             **transactional_producer_config(settings, transactional_id, self.topic_limits))
         try:
