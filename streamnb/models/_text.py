@@ -874,7 +874,10 @@ class TextModel(KeyedTextStatistics, Model):
             top_k = self.top_k
         if short is not None:
             scores = self._short_log_joint(short, top_k)
-            if scores is not None:
+            # Not finite: a slice whose counts are inconsistent without being negative (a
+            # class's token seen in more messages than the class has, after unlearning what
+            # it never learned); the array path below refuses it as it refuses negative ones.
+            if scores is not None and math.isfinite(sum(scores.values())):
                 temperature = self.temperature
                 return log_normalise({label: score / temperature
                                       for label, score in scores.items()})

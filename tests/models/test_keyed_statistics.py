@@ -177,3 +177,16 @@ def test_a_corrupt_value_is_refused_naming_what_is_wrong(values, message):
 def test_changed_keys_without_a_mark_is_an_error():
     with pytest.raises(RuntimeError, match="mark_changes"):
         MultinomialNB().changed_keys()
+
+
+@pytest.mark.parametrize("probe", [{}, {"win": 1}])
+def test_a_slice_with_a_token_in_more_messages_than_its_class_is_refused_not_scored_nan(probe):
+    # Unlearning spam that was never learned, then learning it: no count is negative, but
+    # "win" is in 3 spam of a class of 1 message. Bernoulli's log(n_c - k + alpha) has no
+    # value there; both scoring paths refuse the state instead of returning NaN.
+    model = BernoulliNB()
+    apply(model, [(True, {"win": 1}, "ham"), (False, {}, "spam"), (False, {}, "spam"),
+                  (True, {"win": 1}, "spam"), (True, {"win": 1}, "spam"),
+                  (True, {"win": 1}, "spam")])
+    with pytest.raises(ValueError, match="only a sum of slices"):
+        model.predict_log_proba_one(probe)
