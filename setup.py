@@ -3,8 +3,8 @@
 ``streamnb.features._tokens`` finds and counts words in C (docs/features.md, "Speed").
 ``streamnb.models._step`` is MultinomialNB's prequential batch step in C (docs/models.md,
 "The batch step"); without it the numpy step runs, with the same results.
-``pip install -e .`` (``make setup``) builds it; without a compiler the build fails, and
-``STREAMNB_PURE_PYTHON=1`` runs the pure-Python tokenizer instead.
+``pip install -e .`` (``make setup``) builds both; without a compiler the build fails, and
+``STREAMNB_PURE_PYTHON=1`` runs the pure-Python tokenizer and the numpy step instead.
 """
 
 from setuptools import Extension, setup
