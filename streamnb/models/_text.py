@@ -394,17 +394,11 @@ class TextModel(KeyedTextStatistics, Model):
         keys, values = self._encode(x)
         rows = self._rows_creating(keys)  # validates new tokens before anything changes
         column = self._column_of(y)
-        if self._seen is not None:
-            self._clock += 1
-            self._seen[rows] = self._clock
         self._n_docs[column] += sign
         if sign < 0 or self._negative_docs:
             self._negative_docs = int(np.count_nonzero(self._n_docs < 0))
         self._active = None
-        self._log_prior_cache = None
-        self._invalidate(column)
-        if self._changed_rows is not None:
-            self._note_rows(rows)
+        self._message_learned(column, rows)
         if not keys:
             return
         values = self._training_values(values)
@@ -533,16 +527,10 @@ class TextModel(KeyedTextStatistics, Model):
             learned_at = self._decay_clock
         h = self.half_life
         weight = decay_weight(int(learned_at), h, decay_epoch(self._decay_clock, h))
-        if self._seen is not None:
-            self._clock += 1
-            self._seen[rows] = self._clock
         self._n_docs[column] = _decayed_sum(self._n_docs.item(column), sign * weight)
         self._negative_docs = int(np.count_nonzero(self._n_docs < 0))
         self._active = None
-        self._log_prior_cache = None
-        self._invalidate(column)
-        if self._changed_rows is not None:
-            self._note_rows(rows)
+        self._message_learned(column, rows)
         if not keys:
             return
         values = self._training_values(values) * weight
@@ -594,9 +582,6 @@ class TextModel(KeyedTextStatistics, Model):
         if self._any_stale:
             self._refresh(rows)
         column = self._column_of(y)
-        if self._seen is not None:
-            self._clock += 1
-            self._seen[rows] = self._clock
         n_docs = self._n_docs
         before = n_docs.item(column)
         n_docs[column] = after = before + sign
@@ -604,10 +589,7 @@ class TextModel(KeyedTextStatistics, Model):
             self._negative_docs = int(np.count_nonzero(n_docs < 0))
         if (after > 0) != (before > 0):
             self._active = None  # the class appeared or disappeared
-        self._log_prior_cache = None
-        self._invalidate(column)
-        if self._changed_rows is not None:
-            self._note_rows(rows)
+        self._message_learned(column, rows)
         if not x:
             return
         values = list(x.values()) if self._trains_on_counts() else [1] * len(x)
@@ -710,6 +692,19 @@ class TextModel(KeyedTextStatistics, Model):
                 return None
         log_total = math.log(sum(selected))
         return [math.log(n) - log_total for n in selected]
+
+    def _message_learned(self, column: int, rows) -> None:
+        """The bookkeeping every learn or unlearn of one message into class ``column`` ends
+        with, once its message count changed: the last-seen stamps of its ``rows`` (with a
+        token budget), the caches derived from the counts, and the rows (and totals) the next
+        commit writes."""
+        if self._seen is not None:
+            self._clock += 1
+            self._seen[rows] = self._clock
+        self._log_prior_cache = None
+        self._invalidate(column)
+        if self._changed_rows is not None:
+            self._note_rows(rows)
 
     def _invalidate(self, column: int | None) -> None:
         pass
