@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamnb.daemon.changelog import (
+    DEFAULT_MAX_VALUE_BYTES,
     ChangelogError,
     all_records,
     apply_records,
@@ -52,19 +53,25 @@ def run(model, store, event) -> None:
         store.set_label(msg_id, label)
 
 
-def owner_log(kind: str, commits, max_ids: int):
-    """The live slice after ``commits``, and the changelog its commits wrote."""
-    model, store = make_model(kind), FeedbackStore(max_ids=max_ids)
+def commit_log(model, store, commits, step=None, max_value_bytes=DEFAULT_MAX_VALUE_BYTES):
+    """``model`` and ``store`` after ``commits`` (each a list of events, applied with
+    ``step``, by default :func:`run`), and the changelog their commits wrote."""
+    step = step or run
     model.mark_changes()
     store.mark_changes()
     log = []
     for events in commits:
         for event in events:
-            run(model, store, event)
-        log.extend(changed_records(model, store))
+            step(model, store, event)
+        log.extend(changed_records(model, store, max_value_bytes))
         model.mark_changes()
         store.mark_changes()
     return model, store, log
+
+
+def owner_log(kind: str, commits, max_ids: int):
+    """The live slice after ``commits``, and the changelog its commits wrote."""
+    return commit_log(make_model(kind), FeedbackStore(max_ids=max_ids), commits)
 
 
 def compact(log):
@@ -248,17 +255,8 @@ def run_expiring(model, store, event) -> None:
 
 
 def expiring_log(kind, commits, max_value_bytes):
-    model, store = expiring_model(kind), FeedbackStore(max_ids=5)
-    model.mark_changes()
-    store.mark_changes()
-    log = []
-    for events in commits:
-        for event in events:
-            run_expiring(model, store, event)
-        log.extend(changed_records(model, store, max_value_bytes))
-        model.mark_changes()
-        store.mark_changes()
-    return model, store, log
+    return commit_log(expiring_model(kind), FeedbackStore(max_ids=5), commits, run_expiring,
+                      max_value_bytes)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
