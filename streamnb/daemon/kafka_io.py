@@ -48,7 +48,7 @@ from kafka.errors import (
     UnknownMemberIdError,
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
-from kafka.structs import OffsetAndMetadata
+from kafka.structs import MemberState, OffsetAndMetadata
 
 from streamnb.config import KafkaSettings
 from streamnb.daemon.errors import ChangelogTopicError, FencedError
@@ -367,6 +367,16 @@ class KafkaIO:
 
     def highwater(self, tp: TP) -> int | None:
         return self.consumer.highwater(TopicPartition(*tp))
+
+    def stable_generation(self) -> int | None:
+        """The group generation this member has joined and received its assignment in, or
+        None while it is joining. A cooperative join that adds no partition (a standby
+        daemon in a group with more members than partitions, or a member that only gave
+        partitions up) calls no listener: this is how the daemon sees it complete."""
+        membership = self.consumer.group_metadata()
+        if membership.state is not MemberState.STABLE:
+            return None
+        return membership.generation_id
 
     def committed(self, tp: TP) -> int | None:
         """The group's committed offset of ``tp`` (None: never committed)."""

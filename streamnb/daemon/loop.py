@@ -164,8 +164,10 @@ class Daemon(RecordProcessor, Committer):
         # Why the loop must end now (partitions lost, fenced), with its exit code.
         self.fatal: tuple[int, str] | None = None
         # When the group last took partitions away (or the daemon started) without giving the
-        # new assignment yet; None once an assignment (possibly empty) has arrived.
+        # new assignment yet; None once an assignment (possibly empty) has arrived, or the
+        # member has joined a later generation than the one it was in then.
         self.rebalancing_since: float | None = time.monotonic()
+        self.rebalancing_from_generation: int | None = None
         # Bumped by every revocation and assignment: a batch polled in an earlier generation
         # is not processed (see step()).
         self.generation = 0
@@ -396,6 +398,7 @@ class Daemon(RecordProcessor, Committer):
         with self.lock:
             self.generation += 1
             self.rebalancing_since = time.monotonic()
+            self.rebalancing_from_generation = self.io.stable_generation()
             if lost:
                 # Their uncommitted changes may already belong to no one: abort, and let a
                 # restart read the committed state.
@@ -479,10 +482,24 @@ class Daemon(RecordProcessor, Committer):
         kafka-python 3 can, under heavy load, fail to finish rejoining the group; a daemon
         without partitions learns nothing, so it exits (code 3) for its supervisor to restart
         it. Partitions given up were committed on revocation, so nothing is lost.
+
+        A member that has joined a later generation is not stalled, whatever it holds: with
+        ``cooperative-sticky``, kafka-python calls no listener for a join that adds no
+        partition, and a standby daemon (more members than partitions) gets none at all.
         """
         since = self.rebalancing_since
         limit = self.settings.kafka.stall_seconds
         if since is None or time.monotonic() - since <= limit:
+            return False
+        joined = self.io.stable_generation()
+        if joined is not None and joined > (
+                -1 if self.rebalancing_from_generation is None
+                else self.rebalancing_from_generation):
+            self.rebalancing_since = None
+            log.info("joined the group's generation %d with partitions %s", joined,
+                     ", ".join(sorted(self.slices)) or "none",
+                     extra={"event": "joined", "generation": joined,
+                            "partitions": sorted(self.slices)})
             return False
         log.error(
             "no partition assignment for %.0f s after a rebalance started: exiting (code 3) so "

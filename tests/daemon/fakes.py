@@ -279,6 +279,9 @@ class FakeIO:
         self.closed = False
         self.subscribed = False
         self.settled: list[list[tuple[str, int]]] = []  # settle_offsets calls
+        # The generation of the group membership the fake reports stable (None: joining);
+        # tests of a join that calls no listener set it.
+        self.generation_joined: int | None = None
         self.pending_assignment = [(t, p) for t in self.topics
                                    for p in range(len(kafka.topics[t]))]
 
@@ -321,6 +324,9 @@ class FakeIO:
 
     def highwater(self, tp):
         return len(self.part(tp))
+
+    def stable_generation(self):
+        return self.generation_joined
 
     def committed(self, tp):
         return self.kafka.committed.get(tp)

@@ -62,3 +62,27 @@ def test_the_daemon_keeps_processing_what_it_kept_after_an_incremental_revocatio
     assert daemon.rebalancing_since is None and not daemon._rebalance_stalled()
     assert set(daemon.slices) == {"in:0"} and daemon.offsets == {"in:0": 1}
     assert daemon.live.n_updates == 1  # the kept slice was neither dropped nor read again
+
+
+@pytest.mark.parametrize(
+    ("generation_at_revocation", "joined", "stalled"),
+    [
+        (4, None, True),  # still joining past stall_seconds: exit for the supervisor
+        (4, 4, True),  # the generation it gave partitions up in: the rejoin never finished
+        (4, 5, False),  # a later generation that added nothing (no listener is called)
+        (None, 1, False),  # a standby daemon: its first join gave it no partition
+    ],
+)
+def test_a_member_that_joined_a_later_generation_without_partitions_is_not_stalled(
+    tmp_path, generation_at_revocation, joined, stalled
+):
+    kafka = FakeKafka({"in": 2})
+    daemon = make_daemon(settings_for(tmp_path), kafka)
+    if generation_at_revocation is not None:
+        daemon.on_assigned([("in", 0), ("in", 1)])
+        daemon.io.generation_joined = generation_at_revocation
+        daemon.on_revoked([("in", 0), ("in", 1)])  # a cooperative revocation keeping none
+    daemon.io.generation_joined = joined
+    daemon.rebalancing_since -= daemon.settings.kafka.stall_seconds + 1
+    assert daemon._rebalance_stalled() is stalled
+    assert (daemon.rebalancing_since is None) is not stalled

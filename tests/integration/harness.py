@@ -48,6 +48,7 @@ def write_config(
     extra: str = "",
     member: str = "member",
     assignment_strategy: str = "range",
+    stall_seconds: float = 20.0,
 ) -> Path:
     """A config for one test: its own topics, group and static member id."""
     path = directory / "config.toml"
@@ -64,7 +65,7 @@ group_instance_id = "{prefix}-{member}"
 assignment_strategy = "{assignment_strategy}"
 session_timeout_ms = 6000
 poll_timeout_ms = 100
-stall_seconds = 20.0
+stall_seconds = {stall_seconds}
 
 [model]
 kind = "{kind}"

@@ -285,6 +285,51 @@ def test_a_daemon_joining_a_cooperative_group_takes_only_its_share_and_nothing_t
         daemon.terminate(timeout=30)
 
 
+@pytest.mark.parametrize("assignment_strategy", ["range", "cooperative-sticky"])
+def test_a_standby_daemon_without_partitions_stays_up_and_takes_over(
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir, assignment_strategy
+):
+    """One partition, two daemons: the second gets nothing and must wait as a standby, not
+    exit as stalled after ``stall_seconds`` (with cooperative-sticky no listener tells it its
+    join is over), then take the partition over when the first stops."""
+    stall_seconds = 5.0
+    rows = sms(data_dir)[:400]
+    stream, final, texts = labelled_stream(rows, seed=5)
+    unlabelled = [k.decode() for k, v in stream if b'"label"' not in v and b'"feedback"' not in v]
+    create_topics(kafka_bootstrap, {f"{topic_prefix}-{s}": 1 for s in ("in", "out", "dlq")})
+    topic = f"{topic_prefix}-in"
+    produce(kafka_bootstrap, topic, stream[:200])
+
+    def daemon(member: str) -> DaemonProcess:
+        directory = tmp_path / member
+        directory.mkdir()
+        config = write_config(directory, kafka_bootstrap, topic_prefix, member=member,
+                              every_seconds=0.3, assignment_strategy=assignment_strategy,
+                              stall_seconds=stall_seconds)
+        return DaemonProcess(config, directory / "daemon.log", max_restarts=0)
+
+    first = daemon("first")
+    first.wait_assigned(timeout=60)
+    standby = daemon("standby")
+    wait_caught_up(kafka_bootstrap, topic_prefix, first, timeout=60)
+    time.sleep(3 * stall_seconds)
+    standby._check_alive()
+    assert not [e for e in standby.events() if e.get("event") == "stalled"]
+    assert started_partitions([standby]) == []
+
+    code, _ = first.terminate(timeout=30)
+    assert code == 0
+    standby.wait_assigned(timeout=60)
+    produce(kafka_bootstrap, topic, stream[200:])
+    wait_caught_up(kafka_bootstrap, topic_prefix, standby, timeout=90)
+    assert standby.terminate(timeout=30)[0] == 0
+    want, _ = offline_model(final, texts)
+    assert changelog_model(kafka_bootstrap, topic_prefix).to_state() == want.to_state()
+    out = read_all(kafka_bootstrap, f"{topic_prefix}-out",
+                   until=lambda r: len(r) >= len(unlabelled), timeout=60)
+    assert Counter(r.key.decode() for r in out) == Counter(unlabelled)
+
+
 def test_a_zombie_with_the_same_transactional_id_is_fenced_and_writes_nothing(
     tmp_path, kafka_bootstrap, topic_prefix, data_dir
 ):
