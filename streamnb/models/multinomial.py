@@ -81,10 +81,10 @@ class MultinomialNB(TextModel):
     >>> model.predict_proba_one({"cheap": 1})["spam"]   # (3/7) / (3/7 + 1/6), |V| = 4
     0.72
     >>> from streamnb.models.presets import MAIL
-    >>> tuned = MultinomialNB(**MAIL)   # the "mail" preset: boolean counts, α = 0.15, idf, ...
+    >>> tuned = MultinomialNB(**MAIL)   # the "mail" preset: boolean counts, α = 0.12, idf, ...
     >>> tuned.learn_many([{"cheap": 2, "pills": 1}, {"meeting": 1, "notes": 1}], ["spam", "ham"])
-    >>> round(tuned.predict_proba_one({"cheap": 1})["spam"], 3)   # odds 1.15 / 0.15
-    0.885
+    >>> round(tuned.predict_proba_one({"cheap": 1})["spam"], 3)   # odds 1.12 / 0.12
+    0.903
     >>> model.unlearn_one({"meeting": 1, "notes": 1}, "ham")
     >>> model.classes
     ['spam']
