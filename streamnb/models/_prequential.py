@@ -360,7 +360,8 @@ def _native_step(model: MultinomialNB, batch: _InternedBatch, xs: list, ys: list
         model._stale[batch.n_indexed:len(model._keys)] = True
         model._any_stale = True
     options = (float(model.alpha), float(model.min_spread), SPREAD_BAND,
-               float(model.temperature), int(model.repeated_words == "count"),
+               float(model.temperature), float(model.spread_weight),
+               int(model.repeated_words == "count"),
                int(not model.counts_occurrences), int(model.tf == "log"), int(model.idf),
                int(model.length_norm), int(model._short_limit))
     offsets = np.concatenate(([0], np.cumsum(batch.lengths)))
@@ -515,7 +516,8 @@ def _probabilities(model: MultinomialNB, values: np.ndarray, on_array_path: np.n
     log_counts = np.log(counts + alpha)
     df = counts.sum(axis=0)
     scored = df > 0  # in V before the message (no count is negative)
-    if model.min_spread and n_occurrences:
+    spread = None
+    if (model.min_spread or model.spread_weight) and n_occurrences:
         # max - min over the active classes of log(N_kc + α) - log(N_c + α|V|)
         every_class_active = bool(active.all())
         highest = np.full(n_occurrences, -np.inf)
@@ -531,12 +533,13 @@ def _probabilities(model: MultinomialNB, values: np.ndarray, on_array_path: np.n
                 np.minimum(lowest, np.where(active_here, terms, np.inf), out=lowest)
         with np.errstate(invalid="ignore"):  # inf - inf: a token nothing holds, not scored
             spread = highest - lowest
-        near = np.flatnonzero(scored & (np.abs(spread - model.min_spread) < SPREAD_BAND))
-        for i in near.tolist():
-            exact_spread = _array_spread if on_array_path[i] else _short_spread
-            spread[i] = exact_spread(model, counts[:, i], totals[message[i]],
-                                     int(vocab[message[i]]), active[message[i]])
-        scored &= spread >= model.min_spread
+        if model.min_spread:
+            near = np.flatnonzero(scored & (np.abs(spread - model.min_spread) < SPREAD_BAND))
+            for i in near.tolist():
+                exact_spread = _array_spread if on_array_path[i] else _short_spread
+                spread[i] = exact_spread(model, counts[:, i], totals[message[i]],
+                                         int(vocab[message[i]]), active[message[i]])
+            scored &= spread >= model.min_spread
     kept = np.flatnonzero(scored)
     message = message[kept]
     log_counts = log_counts[:, kept]
@@ -553,6 +556,8 @@ def _probabilities(model: MultinomialNB, values: np.ndarray, on_array_path: np.n
             idf[array_path] = np.log((1.0 + n_learned[message[array_path]])
                                      / (1.0 + df[array_path])) + 1.0
         weights = weights * np.maximum(idf, 0.0)
+    if model.spread_weight and kept.size:
+        weights = weights * spread[kept] ** model.spread_weight
     if model.length_norm:
         norm = np.sqrt(np.bincount(message, weights=weights * weights, minlength=n_messages))
         divisor = norm[message]

@@ -503,6 +503,7 @@ sum_value(const Sum *s)
 
 typedef struct {
     double alpha, min_spread, band, temperature;
+    double spread_weight; /* a scored term's weight times its spread to this power (0: off) */
     int count_scoring;  /* repeated_words == "count": a token scores its count, else 1 */
     int binary;         /* repeated_words == "binary": a token trains 1, else its count */
     int tf_log, idf, length_norm;
@@ -518,10 +519,11 @@ step(PyObject *self, PyObject *args)
     long long vocab, clock;
     Py_ssize_t start;
     Options o;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOO!LLn(ddddiiiiin)", &rows_o, &lengths_o, &values_o,
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO!LLn(dddddiiiiin)", &rows_o, &lengths_o, &values_o,
                           &columns_o, &counts_o, &nnz_o, &n_docs_o, &totals_o, &seen_o,
                           &PyList_Type, &labels, &vocab, &clock, &start, &o.alpha,
-                          &o.min_spread, &o.band, &o.temperature, &o.count_scoring, &o.binary,
+                          &o.min_spread, &o.band, &o.temperature, &o.spread_weight,
+                          &o.count_scoring, &o.binary,
                           &o.tf_log, &o.idf, &o.length_norm, &o.short_limit))
         return NULL;
     Py_buffer b[9];
@@ -638,8 +640,8 @@ step(PyObject *self, PyObject *args)
                     log_counts[j] = log_smoothed(n, o.alpha);
                     df += n;
                 }
-                if (o.min_spread > 0) {
-                    double spread;
+                double spread = 0.0;
+                if (o.min_spread > 0 || o.spread_weight > 0) {
                     if (n_active == 2) {
                         spread = fabs((log_counts[0] - log_denominators[0])
                                       - (log_counts[1] - log_denominators[1]));
@@ -654,6 +656,8 @@ step(PyObject *self, PyObject *args)
                         }
                         spread = high - low;
                     }
+                }
+                if (o.min_spread > 0) {
                     if (fabs(spread - o.min_spread) < o.band) {
                         stop = 1; /* the caller's loop decides this one */
                         break;
@@ -669,6 +673,8 @@ step(PyObject *self, PyObject *args)
                                             : log((1.0 + n_learned) / (df + 1.0)) + 1.0;
                     weight *= idf > 0.0 ? idf : 0.0;
                 }
+                if (o.spread_weight > 0)
+                    weight *= pow(spread, o.spread_weight);
                 scratch[kept * (n_columns + 1)] = weight;
                 kept++;
             }

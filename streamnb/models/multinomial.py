@@ -23,6 +23,10 @@ that differ only in them hold the same statistics and can be merged):
 - ``length_norm``: divide the weights of the scored terms by their Euclidean norm;
 - ``min_spread``: leave out tokens whose terms differ by less than this between classes
   (like bogofilter's ``min_dev``, so weak evidence does not dilute the normalised score);
+- ``spread_weight``: weigh each scored term by its spread (max − min over the classes of
+  log θ_k|c, |log θ_k|spam − log θ_k|ham| for two classes) to this power, before length
+  normalisation, so a token's share of the normalised weight grows with how strongly it
+  separates the classes (0: off);
 - ``combining = "robinson"``: instead of the NB sum, Robinson's f(w) (prior ``robinson_x`` of
   strength ``robinson_s``, tokens with |f − ½| ≤ ``min_dev`` left out) joined by Fisher's χ²
   method (:mod:`streamnb.models.combining`), from the same per-class document counts; the
@@ -57,7 +61,7 @@ COMBINING = ("nb", "robinson")
 #: constructor's defaults.
 TEXTBOOK_OPTIONS = {"alpha": 1.0, "repeated_words": "count", "top_k": None, "temperature": 1.0,
                     "complement": False, "tf": "raw", "idf": False, "length_norm": False,
-                    "min_spread": 0.0, "combining": "nb"}
+                    "min_spread": 0.0, "spread_weight": 0.0, "combining": "nb"}
 
 
 def _spread(log_counts: list, log_denominators: list) -> float:
@@ -77,10 +81,10 @@ class MultinomialNB(TextModel):
     >>> model.predict_proba_one({"cheap": 1})["spam"]   # (3/7) / (3/7 + 1/6), |V| = 4
     0.72
     >>> from streamnb.models.presets import MAIL
-    >>> tuned = MultinomialNB(**MAIL)   # the "mail" preset: boolean counts, α = 0.15, idf, ...
+    >>> tuned = MultinomialNB(**MAIL)   # the "mail" preset: boolean counts, α = 0.12, idf, ...
     >>> tuned.learn_many([{"cheap": 2, "pills": 1}, {"meeting": 1, "notes": 1}], ["spam", "ham"])
-    >>> round(tuned.predict_proba_one({"cheap": 1})["spam"], 3)   # odds 1.15 / 0.15
-    0.885
+    >>> round(tuned.predict_proba_one({"cheap": 1})["spam"], 3)   # odds 1.12 / 0.12
+    0.903
     >>> model.unlearn_one({"meeting": 1, "notes": 1}, "ham")
     >>> model.classes
     ['spam']
@@ -89,7 +93,8 @@ class MultinomialNB(TextModel):
     kind: ClassVar[str] = "multinomial"
     _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "repeated_words", "top_k", "temperature",
                                            "complement", "tf", "idf", "length_norm",
-                                           "min_spread", "combining", "robinson_s",
+                                           "min_spread", "spread_weight", "combining",
+                                           "robinson_s",
                                            "robinson_x", "min_dev", "n_buckets", "half_life")
     _COUNTING_OPTIONS: ClassVar[tuple[str, ...]] = ("n_buckets", "counts_occurrences",
                                                     "half_life")
@@ -99,7 +104,8 @@ class MultinomialNB(TextModel):
     def __init__(self, alpha: float = 1.0, *, repeated_words: str = "count",
                  top_k: int | None = None, temperature: float = 1.0, complement: bool = False,
                  tf: str = "raw", idf: bool = False, length_norm: bool = False,
-                 min_spread: float = 0.0, combining: str = "nb", robinson_s: float = 0.0178,
+                 min_spread: float = 0.0, spread_weight: float = 0.0, combining: str = "nb",
+                 robinson_s: float = 0.0178,
                  robinson_x: float = 0.52, min_dev: float = 0.375,
                  n_buckets: int | None = None, half_life: int | None = None):
         if repeated_words not in REPEATED_WORDS:
@@ -117,6 +123,7 @@ class MultinomialNB(TextModel):
         self.idf = idf
         self.length_norm = length_norm
         self.min_spread = check_positive("min_spread", min_spread, allow_zero=True)
+        self.spread_weight = check_positive("spread_weight", spread_weight, allow_zero=True)
         if combining not in COMBINING:
             raise ValueError(f"option 'combining' must be one of {COMBINING}, got {combining!r}")
         self.combining = combining
@@ -181,7 +188,8 @@ class MultinomialNB(TextModel):
                 terms = terms[chosen] if want_terms else None
                 if df is not None:
                     df = df[chosen]
-        values = self._weigh(values, rows, columns, df)
+        spreads = term_spreads(log_counts - log_denominators) if self.spread_weight else None
+        values = self._weigh(values, rows, columns, df, spreads)
         if not rows.size:  # min_spread left every token out
             return columns, (known, chosen), values, terms, self._log_prior(columns).copy()
         # Σ_k x_k log θ_kc = Σ_k x_k log(N_kc + α) − (Σ_k x_k) log(N_c + α|V|)
@@ -248,8 +256,9 @@ class MultinomialNB(TextModel):
         return strong if chosen is None else strong[chosen]
 
     def _weigh(self, values: np.ndarray, rows: np.ndarray, columns: np.ndarray,
-               df: np.ndarray | None = None) -> np.ndarray:
-        """``df``: the document frequency of each of ``rows``, when the caller has it."""
+               df: np.ndarray | None = None, spreads: np.ndarray | None = None) -> np.ndarray:
+        """``df``, ``spreads``: the document frequency and the spread of each of ``rows``
+        (``term_spreads`` of their terms), when the caller has them."""
         owned = False  # whether ``values`` is an array made here (then changed in place)
         if self.tf == "log":
             values, owned = np.log1p(values), True
@@ -268,6 +277,11 @@ class MultinomialNB(TextModel):
                 idf *= values
             # else every scoring value is 1 (a token counts once): 1 * idf is idf
             values, owned = idf, True
+        if self.spread_weight and values.size:
+            if spreads is None:
+                spreads = term_spreads(self._token_scores(rows, columns))
+            values = values * spreads ** self.spread_weight
+            owned = True
         if self.length_norm and values.size:
             # einsum, not a BLAS dot, for the same bits whatever the memory alignment
             norm = math.sqrt(float(np.einsum("i,i->", values, values)))
@@ -346,12 +360,22 @@ class MultinomialNB(TextModel):
             return {labels[c]: lp for c, lp in zip(columns, log_prior, strict=True)}
         if self.tf == "log":
             values = [math.log1p(v) for v in values]
+        spread_weight = self.spread_weight
+        if spread_weight:
+            if len(columns) == 2:
+                ld0, ld1 = log_denominators
+                spreads = [abs((lc0 - ld0) - (lc1 - ld1)) for lc0, lc1 in log_counts]
+            else:
+                spreads = [_spread(lc, log_denominators) for lc in log_counts]
         if self.idf:
             # log((1 + n) / (1 + df)) + 1, as log(1 + n) − log(1 + df) + 1, clipped at 0
             n_docs = self._n_docs.item
             log_n = log(1.0 + sum(n_docs(c) for c in columns)) + 1.0  # integer sum: exact
             values = [v * max(log_n - log_df, 0.0)
                       for v, log_df in zip(values, log_dfs, strict=True)]
+        if spread_weight:
+            values = [v * spread ** spread_weight
+                      for v, spread in zip(values, spreads, strict=True)]
         if self.length_norm:
             norm = math.sqrt(math.fsum([v * v for v in values]))
             if norm > 0:

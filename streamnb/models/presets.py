@@ -7,17 +7,18 @@ the multinomial event model with Laplace smoothing (scikit-learn's and river's
 
 - ``"textbook"`` (every kind): no options, the class defaults.
 - ``"mail"`` (``multinomial``): the scoring that ranked spam best on the mail and SMS streams of
-  ``docs/accuracy.md`` — boolean counts (a token counts once per message), α = 0.15, idf
-  weights, length-normalised weights, tokens whose log-probabilities differ by less than 0.5
-  left out. It changes how the counts become a score, not the counts themselves.
+  ``docs/accuracy.md`` — boolean counts (a token counts once per message), α = 0.12, idf
+  weights times each token's spread to the power 0.7, length-normalised, tokens whose
+  log-probabilities differ by less than 0.5 left out. It changes how the counts become a
+  score, not the counts themselves.
 
 ``config.toml``, the daemon and ``streamnb evaluate`` build their model through
 :func:`resolve`, which applies the kind's default preset (:data:`DEFAULT_PRESETS`: ``"mail"``
 for ``multinomial``) when the ``[model]`` table names none; explicit options go on top.
 
 >>> resolve({"kind": "multinomial"})
-('multinomial', {'alpha': 0.15, 'repeated_words': 'binary', 'idf': True, 'length_norm': True, \
-'min_spread': 0.5})
+('multinomial', {'alpha': 0.12, 'repeated_words': 'binary', 'idf': True, 'length_norm': True, \
+'min_spread': 0.5, 'spread_weight': 0.7})
 >>> resolve({"kind": "multinomial", "preset": "textbook", "alpha": 0.5})
 ('multinomial', {'alpha': 0.5})
 >>> resolve({"kind": "bernoulli", "preset": "mail"})
@@ -38,8 +39,8 @@ __all__ = ["DEFAULT_KIND", "DEFAULT_PRESETS", "MAIL", "PRESETS", "TEXTBOOK", "pr
 TEXTBOOK = "textbook"
 #: The tuned mail scoring of ``MultinomialNB`` (see the module doc and docs/accuracy.md).
 MAIL: Mapping[str, Any] = MappingProxyType({
-    "alpha": 0.15, "repeated_words": "binary", "idf": True, "length_norm": True,
-    "min_spread": 0.5,
+    "alpha": 0.12, "repeated_words": "binary", "idf": True, "length_norm": True,
+    "min_spread": 0.5, "spread_weight": 0.7,
 })
 #: preset name -> (the kind it is for, its options); "textbook" is valid for every kind.
 PRESETS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType({

@@ -47,10 +47,10 @@ def prequential(model, stream):
 
 def test_the_daemons_default_is_the_documented_mail_preset():
     mail = {
-        "alpha": 0.15, "repeated_words": "binary", "top_k": None, "temperature": 1.0,
+        "alpha": 0.12, "repeated_words": "binary", "top_k": None, "temperature": 1.0,
         "complement": False, "tf": "raw", "idf": True, "length_norm": True, "min_spread": 0.5,
-        "combining": "nb", "robinson_s": 0.0178, "robinson_x": 0.52, "min_dev": 0.375,
-        "n_buckets": None,
+        "spread_weight": 0.7, "combining": "nb", "robinson_s": 0.0178, "robinson_x": 0.52,
+        "min_dev": 0.375, "n_buckets": None,
     }
     assert make_model("multinomial", preset="mail").options() == mail
     # config.toml, the daemon and streamnb evaluate build their model with build_pipeline

@@ -30,6 +30,7 @@ SCORING = st.fixed_dictionaries({
     "idf": st.booleans(),
     "length_norm": st.booleans(),
     "min_spread": st.sampled_from([0.0, 0.5]),
+    "spread_weight": st.sampled_from([0.0, 0.7, 2.0]),
 })
 
 
@@ -127,7 +128,8 @@ def test_temperature_must_be_a_positive_number(bad):
 
 
 @pytest.mark.parametrize(("name", "bad"), [("tf", "sqrt"), ("idf", 1), ("length_norm", "yes"),
-                                            ("complement", None)])
+                                            ("complement", None), ("spread_weight", -0.5),
+                                            ("spread_weight", "high")])
 def test_bad_scoring_options_are_named(name, bad):
     with pytest.raises(ValueError, match=name):
         MultinomialNB(**{name: bad})
@@ -223,6 +225,55 @@ def test_min_spread_leaves_weak_tokens_out():
     assert explained["ignored"] == ["cash"]
     assert model.predict_log_proba_one({"cash": 1, "lunch": 1}) == pytest.approx(
         model.predict_log_proba_one({"lunch": 1}))
+
+
+def _spreads_of_cash_and_lunch():
+    # Boolean counts of TRAIN, |V| = 6, spam 4 tokens (denominator 4 + α|V| = 10), ham 5 (11):
+    # cash log(3/10) against log(2/11), lunch log(1/10) against log(3/11).
+    return math.log(33 / 20), math.log(30 / 11)
+
+
+def test_spread_weight_weighs_each_term_by_its_spread():
+    model = MultinomialNB(**{**PLAIN, "repeated_words": "binary", "spread_weight": 1.0})
+    for x, y in TRAIN:
+        model.learn_one(x, y)
+    cash, lunch = _spreads_of_cash_and_lunch()
+    # each term times its spread: cash pushes to spam by cash * cash, lunch to ham by lunch²
+    expected = math.log(2 / 3) + cash * cash - lunch * lunch
+    assert log_odds(model.predict_log_proba_one({"cash": 1, "lunch": 1})) == pytest.approx(
+        expected, rel=1e-12)
+    explained = model.explain({"cash": 1, "lunch": 1})["tokens"]
+    assert explained["lunch"]["ham"] == pytest.approx(lunch * math.log(3 / 11), rel=1e-12)
+
+
+def test_spread_weight_comes_before_length_norm_and_after_idf():
+    options = {**PLAIN, "repeated_words": "binary", "spread_weight": 2.0, "idf": True,
+               "length_norm": True, "min_spread": 0.6}
+    model = MultinomialNB(**options)
+    for x, y in TRAIN:
+        model.learn_one(x, y)
+    cash, lunch = _spreads_of_cash_and_lunch()  # cash (0.50) is below min_spread: left out
+    query = {"cash": 1, "lunch": 1, "win": 1}
+    # win: log(2/10) against log(1/11), spread log(22/10); idf from df: N = 5, win 1, lunch 2
+    win = math.log(22 / 10)
+    raw = {"lunch": (math.log(6 / 3) + 1) * lunch ** 2, "win": (math.log(6 / 2) + 1) * win ** 2}
+    norm = math.hypot(*raw.values())
+    expected = math.log(2 / 3) + (raw["win"] * win - raw["lunch"] * lunch) / norm
+    assert log_odds(model.predict_log_proba_one(query)) == pytest.approx(expected, rel=1e-12)
+    assert model.explain(query)["ignored"] == ["cash"]
+    # the short path (plain Python) and the array path (numpy) agree
+    model._short_limit = 0
+    assert log_odds(model.predict_log_proba_one(query)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_spread_weight_zero_is_the_unweighted_score():
+    plain = MultinomialNB(**{**PLAIN, "idf": True, "length_norm": True})
+    zero = MultinomialNB(**{**PLAIN, "idf": True, "length_norm": True, "spread_weight": 0.0})
+    for x, y in TRAIN:
+        plain.learn_one(x, y)
+        zero.learn_one(x, y)
+    query = {"cash": 2, "lunch": 1, "today": 1}
+    assert zero.predict_log_proba_one(query) == plain.predict_log_proba_one(query)
 
 
 def test_robinson_fisher_combining_matches_the_formulas():

@@ -40,6 +40,8 @@ _ON_MAIL = [
     {"tf": "log", "idf": True, "length_norm": False, "min_spread": 0.0,
      "repeated_words": "count", "temperature": 2.5},
     {"min_spread": 0.3, "top_k": 3, "idf": False},
+    {"spread_weight": 0.0},  # the mail preset before spread_weight
+    {"spread_weight": 2.0, "min_spread": 0.0, "idf": False},
     {"complement": True},  # left to the array path
     {"combining": "robinson"},  # left to the array path
 ]

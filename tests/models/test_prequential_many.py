@@ -49,6 +49,9 @@ OPTIONS = [{**MAIL, **options} for options in [
     {"tf": "log", "idf": True, "length_norm": False, "min_spread": 0.3, "alpha": 1.0},
     {"min_spread": 0.0, "alpha": 0.5},
     {"min_spread": 2.0},
+    {"spread_weight": 0.0},  # the mail preset before spread_weight
+    {"spread_weight": 2.0, "min_spread": 0.0},  # every token weighed by its spread
+    {"spread_weight": 1.0, "repeated_words": "count", "idf": False, "length_norm": False},
     # the loop's options: the base-class step
     {"complement": True},
     {"combining": "robinson"},
