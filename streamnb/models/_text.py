@@ -1153,7 +1153,9 @@ class TextModel(KeyedTextStatistics, Model):
             return {}
         values = self._training_values(values)
         rows = self._lookup(keys)
-        held = np.where(rows >= 0, self._counts[np.maximum(rows, 0), column], 0.0)
+        present = rows >= 0
+        held = np.zeros(len(rows))  # (indexing only the present rows: an expiry may leave none)
+        held[present] = self._counts[rows[present], column]
         kept = np.minimum(held, values)
         if self.n_buckets is not None:
             whole = {k for k, v, h in zip(keys, values.tolist(), held.tolist(), strict=True)
