@@ -1,6 +1,6 @@
 """How many changelog records a stream's commits make, their bytes and the CPU to make them.
 
-    python -m bench.changelog_records spamassassin 1000 [--amplification 8]
+    python -m bench.changelog_records spamassassin 1000
 
 The stream (``sms`` or ``spamassassin``, featurized as the daemon does) is learned by the
 daemon benchmark's model (MultinomialNB, tuned mail options) and remembered in a feedback
@@ -28,11 +28,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stream", choices=["sms", "spamassassin"])
     parser.add_argument("every", type=int, help="messages per commit")
-    parser.add_argument("--amplification", type=int,
-                        help="changelog.BUCKET_AMPLIFICATION for this run")
     args = parser.parse_args()
-    if args.amplification is not None:
-        changelog.BUCKET_AMPLIFICATION = args.amplification
     stream = _featurized_stream(args.stream)
     model, store = MultinomialNB(**MAIL_OPTIONS), FeedbackStore()
     model.mark_changes()
