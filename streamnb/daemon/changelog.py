@@ -18,25 +18,24 @@ record key (JSON)              record value (JSON; ``null`` value = tombstone: t
 ``[1, "feedback", id]``        ``{"label": l | null, "seq": n, "x": model input}`` (read only)
 =============================  ===============================================================
 
-A token's value (``{label: count}``, or ``{"counts": {label: count}, "seen": n}`` with
-expiry's last-seen stamps) is in a **page**: a commit writes the values of all the tokens it
-changed packed into new pages, numbered on from the slice's last page (one more than the
-largest page number in the log, tombstones included: a number is used again only once
-compaction has removed all its records), at most ``PAGE_ENTRIES`` values and the topic's
-record size each. A token's *home* is the last page that lists it; the pages before it that still list it
-hold a stale value. The writer, and every reader as it applies the records in log order, keep
-the same index of homes (:class:`_Pages`, derived from the records alone), and a page's
-tombstone removes the tokens whose home it still is. So that the log stays about the size of
-the vocabulary, a commit **cleans** every page it left with fewer than half of its entries
-live (``CLEAN_BELOW``): their live tokens move into the commit's new pages and the page is
-tombstoned (a page left with none is tombstoned alone); the live pages then list at most
-twice as many entries as the slice has tokens, and a value is rewritten about once more than
-it changes. A token that **loses its counts** (expiry, a relabel that takes its last count)
-is in no page of the commit, and every page that lists it, home or stale, is cleaned: once
-compaction has dropped a later page and its tombstone, an older page still listing it would
-bring it back. A commit's records are its new pages (the tokens it changed, then, in pages
-of their own, those it moved: they change slowly, and such pages stay live for long), then
-the tombstones of the pages it cleaned.
+A token's value (``{label: count}``, or ``{"counts": {label: count}, "seen": n}`` with expiry's
+last-seen stamps) is in a **page**: a commit writes the values of all the tokens it changed
+packed into new pages, numbered on from the slice's last page (one more than the largest page
+number in the log, tombstones included: a number is used again only once compaction has removed
+all its records), at most ``PAGE_ENTRIES`` values and the topic's record size each. A token's
+*home* is the last page that lists it; the pages before it that still list it hold a stale
+value. The writer, and every reader as it applies the records in log order, keep the same index
+of homes (:class:`_Pages`, derived from the records alone), and a page's tombstone removes the
+tokens whose home it still is. So that the log stays about the size of the vocabulary, a commit
+**cleans** every page it left with fewer than half of its entries live (``CLEAN_BELOW``): their
+live tokens move into the commit's new pages and the page is tombstoned (a page left with none
+is tombstoned alone); the live pages then list at most twice as many entries as the slice has
+tokens, and a value is rewritten about once more than it changes. A token that **loses its
+counts** (expiry, a relabel that takes its last count) is in no page of the commit, and every
+page that lists it, home or stale, is cleaned: once compaction has dropped a later page and its
+tombstone, an older page still listing it would bring it back. A commit's records are its new
+pages (the tokens it changed, then, in pages of their own, those it moved: they change slowly,
+and such pages stay live for long), then the tombstones of the pages it cleaned.
 
 Why any compaction of the log reads back to the live slice: a live page is the last record of
 its key, so it is kept; a tombstoned page's value is dropped no later than its tombstone
