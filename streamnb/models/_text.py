@@ -1202,7 +1202,8 @@ class TextModel(KeyedTextStatistics, Model):
         doomed = self.expiry_order()[: self._vocab - keep]
         from streamnb.models._keyed import TOTALS_KEY, token_key
 
-        before = {token_key(t): self.stat_value(token_key(t)) for t in doomed}
+        keys = [token_key(t) for t in doomed]
+        before = dict(zip(keys, self.stat_values(keys), strict=True))  # one gather
         before[TOTALS_KEY] = self.stat_value(TOTALS_KEY)
         rows = np.array([self._index[t] for t in doomed], dtype=np.intp)
         removed = self._counts[rows].sum(axis=0)
