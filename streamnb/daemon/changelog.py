@@ -369,11 +369,15 @@ class _Pages:
         if moved:
             # In pages of their own: tokens that stayed unchanged while most of their page
             # changed are the slow-changing ones, and pages of them stay live for longer
-            # than pages mixed with the tokens every commit changes.
+            # than pages mixed with the tokens every commit changes. With expiry's stamps,
+            # in the order they were last seen: an expiry (the least recently seen go) then
+            # empties whole pages, to be tombstoned, instead of a share of every page.
             moved_values = _stat_values(model, [("token", token) for token in moved])
-            self._pages([[token, value] for token, value in zip(moved, moved_values,
-                                                                strict=True)
-                         if value is not None], max_value_bytes, records)
+            pairs = [[token, value] for token, value in zip(moved, moved_values, strict=True)
+                     if value is not None]
+            if pairs and type(pairs[0][1]) is dict and "seen" in pairs[0][1]:
+                pairs.sort(key=_last_seen)
+            self._pages(pairs, max_value_bytes, records)
         records.extend(_page_record(page, None) for page in sorted(doomed))
         records.extend(_stat_record(key, None) for key in legacy_keys if key[0] == "tokens")
         if len(home) != getattr(model, "vocabulary_size", len(home)):
@@ -412,6 +416,10 @@ class _Pages:
         for token in tokens:
             home[token] = page
         records.append((_page_key(page), value))
+
+
+def _last_seen(entry: list) -> int:
+    return entry[1].get("seen", 0)
 
 
 _PAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
