@@ -48,6 +48,7 @@ def main() -> None:
     parser.add_argument("--legacy", type=Path, required=True,
                         help="a checkout of the changelog layout before token pages")
     args = parser.parse_args()
+    import streamnb.daemon.changelog as changelog
     from bench.bench_daemon import MAIL_OPTIONS
     from streamnb.daemon.changelog import apply_records, changed_records, no_cyclic_gc
     from streamnb.daemon.feedback import FeedbackStore
@@ -73,6 +74,10 @@ def main() -> None:
         records = changed_records(owner, store)
         first = time.process_time() - started
     size = sum(len(key) + len(value or b"") for key, value in records)
+    index = changelog._PAGES[owner]
+    parts = [index.home, index.listed, index.live, index.stale, *index.listed.values(),
+             *(pages for pages in index.stale.values() if type(pages) is list)]
+    index_bytes = sum(sys.getsizeof(part) for part in parts)
     kinds = {}
     for key, value in records:
         kind = orjson.loads(key)[1] + (" tombstone" if value is None else "")
@@ -80,7 +85,9 @@ def main() -> None:
     print(f"{args.stream}: {owner.vocabulary_size} tokens in {len(legacy)} records of the "
           f"earlier layout, read in {read:.2f} s CPU; the first commit of pages: "
           f"{len(records)} records ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}),"
-          f" {size / 1e6:.1f} MB, {first:.2f} s CPU")
+          f" {size / 1e6:.1f} MB, {first:.2f} s CPU; its page index: {len(index.home)} homes "
+          f"in {len(index.listed)} pages, {index_bytes / 2**20:.1f} MiB (its dicts and lists; "
+          "the tokens are the model's)")
 
 
 if __name__ == "__main__":
