@@ -27,7 +27,7 @@ log = logging.getLogger("streamnb.daemon")
 #: grew with the vocabulary its token buckets rewrote (the layout before token pages), not
 #: with the messages it covered, so a daemon that committed on the clock alone got slower as
 #: it fell behind: SpamAssassin at 424 msg/s committed every 424 mails, 1.1 ms of commit a
-#: mail. An expiring commit still rewrites most of the vocabulary.
+#: mail. An expiring commit is still the slow one.
 COMMIT_SPACING = 4
 #: The stretched interval is at most this many times ``checkpoint.every_seconds`` (a single
 #: slow commit, an expiry say, does not hold predictions back for long).

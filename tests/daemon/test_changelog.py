@@ -197,7 +197,7 @@ def test_decode_tells_stats_from_feedback():
 
 
 def test_a_commit_holds_its_records_at_about_their_length():
-    """A commit holds all its records at once (an expiring one rewrites most of the slice);
+    """A commit holds all its records at once (a commit of a large vocabulary, tens of MB);
     orjson's output bytes carry a ~4 KiB buffer each, so the records are exact-size copies."""
     import gc
     import tracemalloc
