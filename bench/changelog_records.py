@@ -1,6 +1,6 @@
 """How many changelog records a stream's commits make, their bytes and the CPU to make them.
 
-    python -m bench.changelog_records spamassassin 1000 [--amplification 8]
+    python -m bench.changelog_records spamassassin 1000
 
 The stream (``sms`` or ``spamassassin``, featurized as the daemon does) is learned by the
 daemon benchmark's model (MultinomialNB, tuned mail options) and remembered in a feedback
@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import streamnb.daemon.changelog as changelog  # noqa: E402
@@ -28,31 +30,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stream", choices=["sms", "spamassassin"])
     parser.add_argument("every", type=int, help="messages per commit")
-    parser.add_argument("--amplification", type=int,
-                        help="changelog.BUCKET_AMPLIFICATION for this run")
     args = parser.parse_args()
-    if args.amplification is not None:
-        changelog.BUCKET_AMPLIFICATION = args.amplification
     stream = _featurized_stream(args.stream)
     model, store = MultinomialNB(**MAIL_OPTIONS), FeedbackStore()
     model.mark_changes()
     store.mark_changes()
     cpu = 0.0
-    n_records = n_bytes = 0
+    n_records = n_bytes = n_changed = n_values = 0
     for i, (x, label) in enumerate(stream):
         if label is not None:
             model.learn_one(x, label)
         store.remember(str(i), "in:0", x, label)
         if (i + 1) % args.every == 0 or i == len(stream) - 1:
+            n_changed += sum(1 for key in model.changed_keys() if key[0] == "token")
             started = time.process_time()
             records = changelog.changed_records(model, store)
             cpu += time.process_time() - started
             n_records += len(records)
             n_bytes += sum(len(key) + len(value or b"") for key, value in records)
+            n_values += sum(len(orjson.loads(value)) for key, value in records
+                            if value is not None and key.startswith(b'[1,"page"'))
             model.mark_changes()
             store.mark_changes()
     print(f"{args.stream}, commits of {args.every}: {n_records} records, "
-          f"{n_bytes / 1e6:.1f} MB, making them {cpu:.2f} s CPU")
+          f"{n_bytes / 1e6:.1f} MB, making them {cpu:.2f} s CPU; token values in pages "
+          f"{n_values} for {n_changed} changed ({n_values / max(n_changed, 1):.2f} per change)")
 
 
 if __name__ == "__main__":

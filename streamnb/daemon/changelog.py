@@ -8,26 +8,48 @@ record per key) keeps exactly what a reader needs:
 =============================  ===============================================================
 record key (JSON)              record value (JSON; ``null`` value = tombstone: the key is gone)
 =============================  ===============================================================
-``[1, "token", t]``            ``{label: count}``, token (or hash bucket) t's counts
-``[1, "tokens", b]``           ``[[t, {label: count}], ...]``: every token of bucket b
+``[1, "page", n]``             ``[[t, value], ...]``: token page n, values as ``[1, "token", t]``
 ``[1, "totals"]``              ``{"n_docs": {label: n}, "totals": {label: s}}``
 ``[1, "model"]``               a model without finer keys (GDA): its whole ``to_state()``
 ``[1, "entries", r]``          ``[[id, label | null, seq, model input(, clock)], ...]``: run r
-``[1, "feedback", id]``        ``{"label": l | null, "seq": n, "x": model input}`` (read only)
 ``[1, "slice"]``               ``{"kind": k, "counting": {option: value}}``: what the counts are
+``[1, "token", t]``            ``{label: count}``, token (or hash bucket) t's counts (read only)
+``[1, "tokens", b]``           ``[[t, {label: count}], ...]``: a bucket of tokens (read only)
+``[1, "feedback", id]``        ``{"label": l | null, "seq": n, "x": model input}`` (read only)
 =============================  ===============================================================
 
-A token's value is in its own record or in its bucket's (b = :func:`token_bucket`, one of
-1,024), whichever comes later in the log: a bucket record lists **every** token of its bucket
-that has counts, so it holds a token's latest value until a later record of the token's own
-key does. A writer writes a bucket whole where most of its tokens changed (the records of a
-small vocabulary, an SMS stream's, are then a thousand instead of one per token) and the
-changed tokens' own records where few did (a commit of mail touches a small share of a large
-vocabulary). A token that loses its counts is always written through its bucket: its own
-key's tombstone, then the whole bucket without it, so that no compaction can leave an older
-bucket record that still lists it; a bucket too large for one record is instead "dissolved":
-each of its tokens' own records and an empty bucket record. :func:`apply_records` applies
-both kinds in log order, which is all a reader needs to know.
+A token's value (``{label: count}``, or ``{"counts": {label: count}, "seen": n}`` with expiry's
+last-seen stamps) is in a **page**: a commit writes the values of all the tokens it changed
+packed into new pages, numbered on from the slice's last page (one more than the largest page
+number in the log, tombstones included: a number is used again only once compaction has removed
+all its records), at most ``PAGE_ENTRIES`` values and the topic's record size each. A token's
+*home* is the last page that lists it; the pages before it that still list it hold a stale
+value. The writer, and every reader as it applies the records in log order, keep the same index
+of homes (:class:`_Pages`, derived from the records alone), and a page's tombstone removes the
+tokens whose home it still is. So that the log stays about the size of the vocabulary, a commit
+**cleans** every page it left with fewer than half of its entries live (``CLEAN_BELOW``): their
+live tokens move into the commit's new pages and the page is tombstoned (a page left with none
+is tombstoned alone); the live pages then list at most twice as many entries as the slice has
+tokens, and a value is rewritten about once more than it changes. A token that **loses its
+counts** (expiry, a relabel that takes its last count) is in no page of the commit, and every
+page that lists it, home or stale, is cleaned: once compaction has dropped a later page and its
+tombstone, an older page still listing it would bring it back. A commit's records are its new
+pages (the tokens it changed, then, in pages of their own, those it moved: they change slowly,
+and such pages stay live for long), then the tombstones of the pages it cleaned.
+
+Why any compaction of the log reads back to the live slice: a live page is the last record of
+its key, so it is kept; a tombstoned page's value is dropped no later than its tombstone
+(Kafka's cleaner removes a tombstone only once the records before it of its key are gone).
+A live token's home is live and no later record lists it; a token with no counts is listed
+only by tombstoned pages, so the last of them a reader still sees is followed by its
+tombstone.
+
+The **earlier layout** (a token's own record ``[1, "token", t]``, and bucket records listing
+every token of a bucket, whichever came later held the value) is still read, in log order. A
+new owner's first commit moves every token whose value is in such a record into pages, and
+tombstones those keys: the tokens' own records before its pages (a token's own tombstone
+removes it, whatever holds it), the buckets after them (a bucket's tombstone removes the
+tokens whose value it still holds, as a page's).
 
 The feedback store's entries travel in runs of consecutive arrivals
 (:mod:`streamnb.daemon.feedback`), a record each, keyed by the run's first arrival number; a
@@ -50,7 +72,7 @@ The leading 1 is the format version; a record this build cannot read stops the d
 >>> _ = store.remember("m1", "mail:0", {"win": 1}, "spam")
 >>> records = changed_records(model, store)
 >>> [key for key, _ in records]
-[b'[1,"tokens",886]', b'[1,"totals"]', b'[1,"entries",0]']
+[b'[1,"page",0]', b'[1,"totals"]', b'[1,"entries",0]']
 >>> copy, copy_store = make_model("bernoulli"), FeedbackStore()
 >>> apply_records(copy, copy_store, "mail:0", records)
 3
@@ -63,7 +85,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import weakref
-import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -81,19 +102,19 @@ __all__ = [
     "decode",
     "no_cyclic_gc",
     "slice_record",
-    "token_bucket",
 ]
 
 FORMAT_VERSION = 1
 
-#: Buckets of token records (part of the format: a reader finds a token's bucket by it).
-TOKEN_BUCKETS = 1024
-#: A commit writes a bucket whole when it has at most this many tokens per changed token: a
-#: token value costs 1-2 µs to read and encode in a bucket, its own record 15-60 µs (most of
-#: it kafka-python's send). SpamAssassin in commits of 500 mails: 4 wrote 99k records (42 MB),
-#: 8 wrote 21k (53 MB).
-BUCKET_AMPLIFICATION = 8
-#: The largest bucket record a writer makes when the topic's limit is not given (Kafka's
+#: How many token values a page holds at most: a commit makes about one page per this many
+#: changed tokens (a send each), and a token that loses its counts has every page that lists
+#: it rewritten (their live tokens moved), so this also bounds what one deletion rewrites.
+PAGE_ENTRIES = 2048
+#: A page whose share of live entries (tokens it is the home of) falls below this is cleaned:
+#: its live tokens move into the commit's new pages and it is tombstoned, so the live pages
+#: list at most 1 / CLEAN_BELOW times as many entries as the slice has tokens.
+CLEAN_BELOW = 0.5
+#: The largest page record a writer makes when the topic's limit is not given (Kafka's
 #: default max.message.bytes less room for the key and the batch).
 DEFAULT_MAX_VALUE_BYTES = 1_000_000
 
@@ -171,53 +192,252 @@ def slice_identity(model: Any) -> dict:
     return {"kind": getattr(model, "kind", type(model).__name__), "counting": counting}
 
 
-def token_bucket(token: Any) -> int:
-    """The bucket of a token (a str) or of a hashed model's bucket number (an int).
+class _Pages:
+    """Where each token's value lives in a slice's changelog (the module docstring's pages).
 
-    >>> token_bucket("win"), token_bucket(5000)
-    (886, 904)
-    """
-    if type(token) is int:
-        return token % TOKEN_BUCKETS
-    return zlib.crc32(token.encode("utf-8", "surrogatepass")) % TOKEN_BUCKETS
+    The slice's owner keeps one to write each commit's pages, and every reader keeps one as
+    it applies the records, derived from them alone; so a reader that takes the slice over
+    writes on from what it read, and one restored from a compacted log holds what the writer
+    holds (the live pages survive compaction whole; a tombstoned page's entries leave the
+    index with its tombstone)."""
+
+    __slots__ = ("home", "listed", "live", "stale", "legacy", "legacy_keys", "next_page")
+
+    def __init__(self) -> None:
+        #: token -> the page holding its current value
+        self.home: dict[Any, int] = {}
+        #: page -> the tokens it lists (live pages: those not tombstoned)
+        self.listed: dict[int, list] = {}
+        #: page -> how many of the tokens it lists it is the home of
+        self.live: dict[int, int] = {}
+        #: token -> the other live page (an int) or pages (a list) listing an older value of it
+        self.stale: dict[Any, int | list[int]] = {}
+        #: token -> the record of the earlier layout holding its value: its bucket b, or -1
+        #: for its own record
+        self.legacy: dict[Any, int] = {}
+        #: the earlier layout's keys, ``("token", t)`` and ``("tokens", b)``, whose last
+        #: record is a value (the first commit of pages tombstones them)
+        self.legacy_keys: set[tuple] = set()
+        #: the number of the next page (one more than any page seen)
+        self.next_page = 0
+
+    # ------------------------------------------------------------------ reading, in log order
+    def _leave(self, token: Any) -> None:
+        """``token``'s value no longer lives in its page (if it had one)."""
+        page = self.home.pop(token, None)
+        if page is not None:
+            self.live[page] -= 1
+            self._add_stale(token, page)
+
+    def _add_stale(self, token: Any, page: int) -> None:
+        # one page (most tokens) as an int, more as a list: a slice's index holds one entry
+        # for most of its tokens
+        pages = self.stale.get(token)
+        if pages is None:
+            self.stale[token] = page
+        elif type(pages) is int:
+            if pages != page:
+                self.stale[token] = [pages, page]
+        elif page not in pages:
+            pages.append(page)
+
+    def _drop_stale(self, token: Any, page: int) -> None:
+        pages = self.stale.get(token)
+        if pages is None:
+            return
+        if type(pages) is int:
+            if pages == page:
+                del self.stale[token]
+        elif page in pages:
+            pages.remove(page)
+            if len(pages) == 1:
+                self.stale[token] = pages[0]
+
+    def _stale_pages(self, token: Any) -> tuple | list:
+        pages = self.stale.get(token, ())
+        return (pages,) if type(pages) is int else pages
+
+    def read_page(self, page: int, entries: list, stats: dict) -> None:
+        if page >= self.next_page:
+            self.next_page = page + 1
+        home, live, stale, legacy = self.home, self.live, self.stale, self.legacy
+        tokens = []
+        moved_in = 0
+        for token, value in entries:
+            stats["token", token] = value
+            tokens.append(token)
+            old = home.get(token)
+            if old == page:
+                continue  # the same page read again
+            if old is not None:
+                live[old] -= 1
+                self._add_stale(token, old)
+            elif legacy:
+                legacy.pop(token, None)
+            if token in stale:
+                self._drop_stale(token, page)
+            home[token] = page
+            moved_in += 1
+        self.listed[page] = tokens
+        live[page] = live.get(page, 0) + moved_in
+
+    def drop_page(self, page: int, stats: dict) -> None:
+        """A page's tombstone: the tokens whose home it still is are gone."""
+        if page >= self.next_page:
+            self.next_page = page + 1
+        self.live.pop(page, None)
+        home = self.home
+        for token in self.listed.pop(page, ()):
+            if home.get(token) == page:
+                del home[token]
+                stats["token", token] = None
+            else:
+                self._drop_stale(token, page)
+
+    def read_own(self, token: Any, value: Any, stats: dict) -> None:
+        """A token's own record (the earlier layout): its value, or its tombstone."""
+        stats["token", token] = value
+        self._leave(token)
+        if value is None:
+            self.legacy.pop(token, None)
+            self.legacy_keys.discard(("token", token))
+        else:
+            self.legacy[token] = -1
+            self.legacy_keys.add(("token", token))
+
+    def read_bucket(self, bucket: int, entries: list | None, stats: dict) -> None:
+        """A bucket record (the earlier layout), or its tombstone (written by the first commit
+        of pages: the tokens whose value it still holds are gone)."""
+        legacy = self.legacy
+        if entries is None:
+            self.legacy_keys.discard(("tokens", bucket))
+            for token in [t for t, where in legacy.items() if where == bucket]:
+                del legacy[token]
+                stats["token", token] = None
+            return
+        self.legacy_keys.add(("tokens", bucket))
+        for token, value in entries:
+            stats["token", token] = value
+            self._leave(token)
+            legacy[token] = bucket
+
+    # ------------------------------------------------------------------ writing a commit
+    def commit(self, model: Any, values: dict, max_value_bytes: int) -> Records:
+        """The records of a commit whose changed tokens have ``values`` (None: the token lost
+        its counts), in the order a reader must apply them."""
+        home, live, listed = self.home, self.live, self.listed
+        touched: set[int] = set()  # pages that lost the home of a token
+        doomed: set[int] = set()  # pages this commit tombstones
+        entries: list = []
+        add_stale = self._add_stale
+        for token, value in values.items():
+            old = home.pop(token, None)
+            if old is not None:
+                live[old] -= 1
+                touched.add(old)
+            if value is not None:
+                entries.append([token, value])
+                if old is not None:
+                    add_stale(token, old)
+                continue
+            # No page may list it any more: an older one would bring it back once
+            # compaction has dropped the later pages and their tombstones.
+            if old is not None:
+                doomed.add(old)
+            doomed.update(self._stale_pages(token))
+        for page in touched:
+            if live[page] < CLEAN_BELOW * len(listed[page]):
+                doomed.add(page)
+        moved = []
+        for page in doomed:
+            for token in listed.pop(page):
+                if home.get(token) == page:
+                    del home[token]
+                    moved.append(token)
+                else:
+                    self._drop_stale(token, page)
+            del live[page]
+        # The first commit after the earlier layout moves its tokens into pages.
+        moved.extend(token for token in self.legacy if token not in values)
+        legacy_keys = sorted(self.legacy_keys, key=_sort_key)
+        self.legacy.clear()
+        self.legacy_keys.clear()
+        # A token's own tombstone removes it whatever holds it, so those go before the
+        # pages; a page's or a bucket's removes only the tokens whose home it still is.
+        records: Records = [_stat_record(key, None) for key in legacy_keys if key[0] == "token"]
+        self._pages(entries, max_value_bytes, records)
+        if moved:
+            # In pages of their own: tokens that stayed unchanged while most of their page
+            # changed are the slow-changing ones, and pages of them stay live for longer
+            # than pages mixed with the tokens every commit changes. With expiry's stamps,
+            # in the order they were last seen: an expiry (the least recently seen go) then
+            # empties whole pages, to be tombstoned, instead of a share of every page.
+            moved_values = _stat_values(model, [("token", token) for token in moved])
+            pairs = [[token, value] for token, value in zip(moved, moved_values, strict=True)
+                     if value is not None]
+            if pairs and type(pairs[0][1]) is dict and "seen" in pairs[0][1]:
+                pairs.sort(key=_last_seen)
+            self._pages(pairs, max_value_bytes, records)
+        records.extend(_page_record(page, None) for page in sorted(doomed))
+        records.extend(_stat_record(key, None) for key in legacy_keys if key[0] == "tokens")
+        if len(home) != getattr(model, "vocabulary_size", len(home)):
+            # A change went untracked (the model learned before its mark_changes, say): the
+            # whole vocabulary into new pages, every other page tombstoned.
+            records.extend(self.rewrite(model, max_value_bytes))
+        return records
+
+    def rewrite(self, model: Any, max_value_bytes: int) -> Records:
+        old = sorted(self.listed)
+        self.home, self.listed, self.live, self.stale = {}, {}, {}, {}
+        keys = [key for key in model.stat_keys() if key[0] == "token"]
+        records: Records = []
+        self._pages([[key[1], value] for key, value in zip(
+            keys, _stat_values(model, keys), strict=True)], max_value_bytes, records)
+        records.extend(_page_record(page, None) for page in old)
+        return records
+
+    def _pages(self, entries: list, max_value_bytes: int, records: Records) -> None:
+        for start in range(0, len(entries), PAGE_ENTRIES):
+            self._pack(entries[start:start + PAGE_ENTRIES], max_value_bytes, records)
+
+    def _pack(self, entries: list, max_value_bytes: int, records: Records) -> None:
+        value = _dumps(entries)
+        if len(value) > max_value_bytes and len(entries) > 1:
+            half = len(entries) // 2
+            self._pack(entries[:half], max_value_bytes, records)
+            self._pack(entries[half:], max_value_bytes, records)
+            return
+        page = self.next_page
+        self.next_page += 1
+        tokens = [token for token, _ in entries]
+        self.listed[page] = tokens
+        self.live[page] = len(tokens)
+        home = self.home
+        for token in tokens:
+            home[token] = page
+        records.append((_page_key(page), value))
 
 
-class _Buckets:
-    """A writer's index of a model's tokens (those with counts) by bucket; kept up to date
-    from the changed keys of each commit, rebuilt if the model's vocabulary size says it
-    missed a change."""
-
-    def __init__(self, model: Any):
-        self.members: dict[int, set] = {}
-        self.size = 0
-        for key in model.stat_keys():
-            if key[0] == "token":
-                self.add(key[1], token_bucket(key[1]))
-
-    def add(self, token: Any, bucket: int) -> None:
-        """Note ``token`` (in ``bucket``, its :func:`token_bucket`) as having counts."""
-        members = self.members.get(bucket)
-        if members is None:
-            members = self.members[bucket] = set()
-        if token not in members:
-            members.add(token)
-            self.size += 1
-
-    def discard(self, token: Any, bucket: int) -> None:
-        members = self.members.get(bucket)
-        if members is not None and token in members:
-            members.discard(token)
-            self.size -= 1
+def _last_seen(entry: list) -> int:
+    return entry[1].get("seen", 0)
 
 
-_BUCKETS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _buckets_of(model: Any) -> _Buckets:
-    buckets = _BUCKETS.get(model)
-    if buckets is None:
-        buckets = _BUCKETS[model] = _Buckets(model)
-    return buckets
+def _pages_of(model: Any) -> _Pages:
+    pages = _PAGES.get(model)
+    if pages is None:
+        pages = _PAGES[model] = _Pages()
+    return pages
+
+
+def _page_key(page: int) -> bytes:
+    return _dumps([FORMAT_VERSION, "page", page])
+
+
+def _page_record(page: int, value: bytes | None) -> tuple[bytes, bytes | None]:
+    return _page_key(page), value
 
 
 def _stat_values(model: Any, keys: list[tuple]) -> list[Any]:
@@ -225,66 +445,15 @@ def _stat_values(model: Any, keys: list[tuple]) -> list[Any]:
     return bulk(keys) if bulk is not None else [model.stat_value(key) for key in keys]
 
 
-def _bucket_record(bucket: int, tokens: list, values: list) -> tuple[bytes, bytes]:
-    return (_dumps([FORMAT_VERSION, "tokens", bucket]),
-            _dumps([[t, v] for t, v in zip(tokens, values, strict=True)]))
-
-
 def _token_records(model: Any, changed: list[tuple], max_value_bytes: int,
                    whole: bool = False) -> Records:
-    """The records of the token keys ``changed`` (all of them: ``whole``), grouped by bucket
-    as the module docstring says.
-
-    Values are keyed by token, and each changed token's bucket is computed once: for mail,
-    whose commits write most of a large vocabulary's buckets whole, the index and tuple keys
-    were a third of the time to make the records."""
-    buckets = _buckets_of(model)
+    """The records of the token keys ``changed``: pages of their values, the pages they
+    leave tombstoned or cleaned (module docstring). ``whole``: every token of the model,
+    in pages numbered from 0 (the slice alone, as a compacted log of it holds it)."""
     values = dict(zip([key[1] for key in changed], _stat_values(model, changed), strict=True))
-    by_bucket: dict[int, list] = {}
-    add, discard = buckets.add, buckets.discard
-    for token, value in values.items():
-        bucket = token_bucket(token)
-        if value is None:
-            discard(token, bucket)
-        else:
-            add(token, bucket)
-        tokens = by_bucket.get(bucket)
-        if tokens is None:
-            by_bucket[bucket] = [token]
-        else:
-            tokens.append(token)
-    if buckets.size != getattr(model, "vocabulary_size", buckets.size):
-        buckets = _BUCKETS[model] = _Buckets(model)  # a change went untracked: re-index
-    # Which buckets are written whole; their other tokens' values are read in one call.
-    plan = []
-    unread: list = []
-    for bucket in sorted(by_bucket):
-        tokens = by_bucket[bucket]
-        deleted = sorted(t for t in tokens if values[t] is None)
-        held = buckets.members.get(bucket, ())
-        if not whole and not deleted and len(held) > BUCKET_AMPLIFICATION * len(tokens):
-            plan.append((bucket, sorted(tokens), None))
-            continue
-        members = sorted(held)
-        unread.extend(t for t in members if t not in values)
-        plan.append((bucket, members, deleted))
-    values.update(zip(unread, _stat_values(model, [("token", t) for t in unread]),
-                      strict=True))
-    records: Records = []
-    for bucket, members, deleted in plan:
-        if deleted is None:  # the changed tokens' own records
-            records.extend(_stat_record(("token", t), values[t]) for t in members)
-            continue
-        record = _bucket_record(bucket, members, [values[t] for t in members])
-        records.extend(_stat_record(("token", t), None) for t in deleted)
-        if len(record[1]) <= max_value_bytes:
-            records.append(record)
-            continue
-        # Too large for one record: every token in its own record, and an empty bucket
-        # record, so that no older bucket record of it outlives compaction.
-        records.extend(_stat_record(("token", t), values[t]) for t in members)
-        records.append(_bucket_record(bucket, [], []))
-    return records
+    if whole:
+        return _Pages().commit(model, values, max_value_bytes)
+    return _pages_of(model).commit(model, values, max_value_bytes)
 
 
 def _stat_records(model: Any, keys: Iterable[tuple], max_value_bytes: int,
@@ -292,7 +461,10 @@ def _stat_records(model: Any, keys: Iterable[tuple], max_value_bytes: int,
     tokens, others = [], []
     for key in keys:
         (tokens if key[0] == "token" else others).append(key)
-    records = _token_records(model, tokens, max_value_bytes, whole) if tokens else []
+    # A model with tokens commits them even when none changed: the first commit after the
+    # earlier layout moves its tokens into pages, and an untracked change is caught.
+    has_tokens = tokens or hasattr(model, "vocabulary_size")
+    records = _token_records(model, tokens, max_value_bytes, whole) if has_tokens else []
     records.extend(_stat_record(key, model.stat_value(key))
                    for key in sorted(others, key=_sort_key))
     return records
@@ -338,6 +510,10 @@ def _sort_key(key: tuple) -> tuple:
     return (key[0], str(key[1:]))
 
 
+def _is_token(token: Any) -> bool:
+    return type(token) is str or type(token) is int
+
+
 def decode(key: bytes | None, value: bytes | None, where: str) -> tuple:
     """``("stat", key_tuple, value)`` or ``("feedback", id, Entry-fields or None)``."""
     try:
@@ -361,8 +537,18 @@ def decode(key: bytes | None, value: bytes | None, where: str) -> tuple:
                 and "x" in body):
             raise ChangelogError(f"{where}: corrupt feedback entry for {parts[2]!r:.80}")
         return ("feedback", parts[2], body)
-    if kind in ("token", "totals", "model"):
+    if kind == "token" and len(parts) == 3:
+        if not _is_token(parts[2]):
+            raise ChangelogError(f"{where}: corrupt token key {parts[2]!r:.80}")
+        return ("stat", ("token", parts[2]), body)
+    if kind in ("totals", "model"):
         return ("stat", tuple(parts[1:]), body)
+    if kind == "page" and len(parts) == 3 and type(parts[2]) is int and parts[2] >= 0:
+        if body is not None and not (isinstance(body, list) and all(
+                type(pair) is list and len(pair) == 2 and _is_token(pair[0])
+                for pair in body)):
+            raise ChangelogError(f"{where}: corrupt token page {parts[2]}")
+        return ("page", parts[2], body)
     if kind == "entries" and len(parts) == 3 and type(parts[2]) is int:
         if body is not None and not (isinstance(body, list) and all(
                 isinstance(item, list) and len(item) in (4, 5) and isinstance(item[0], str)
@@ -372,13 +558,29 @@ def decode(key: bytes | None, value: bytes | None, where: str) -> tuple:
             raise ChangelogError(f"{where}: corrupt feedback run {parts[2]}")
         return ("run", parts[2], body)
     if kind == "tokens" and len(parts) == 3 and type(parts[2]) is int:
-        if not (isinstance(body, list) and all(
-                isinstance(pair, list) and len(pair) == 2 for pair in body)):
+        if body is not None and not (isinstance(body, list) and all(
+                type(pair) is list and len(pair) == 2 and _is_token(pair[0])
+                for pair in body)):
             raise ChangelogError(f"{where}: corrupt token bucket record {parts[2]}")
         return ("bucket", parts[2], body)
     if kind == "slice" and len(parts) == 2:
         return ("slice", None, body)
     raise ChangelogError(f"{where}: unknown changelog record kind {kind!r:.40}")
+
+
+def _changed_only(model: Any, stats: dict) -> tuple[dict, dict]:
+    """``stats`` less the token values the model already holds, and the old values of the
+    tokens left: a page also lists the tokens a commit moved without changing them, and
+    setting those (and the global model's follow-up) costs ten times as much as reading the
+    values to compare."""
+    tokens = [key for key in stats if key[0] == "token"]
+    old_values = {}
+    for key, old in zip(tokens, _stat_values(model, tokens), strict=True):
+        if old == stats[key]:
+            del stats[key]
+        else:
+            old_values[key] = old
+    return stats, old_values
 
 
 def apply_records(
@@ -396,41 +598,42 @@ def apply_records(
     stats: dict[tuple, Any] = {}
     feedback: dict[str, Any] = {}
     runs: dict[int, Any] = {}
-    from_buckets: set[tuple] = set()  # keys whose latest value came from a bucket record
+    pages = _pages_of(model)
     count = 0
     for key, value in records:
         kind, name, body = decode(key, value, where)
         count += 1
-        if kind == "slice":
-            if body is not None and body != slice_identity(model):
-                raise ChangelogError(
-                    f"{where}: the changelog holds the counts of {body!r}, but this daemon's "
-                    f"model is {slice_identity(model)!r}: use another group_id (a changelog "
-                    "of its own), or the model it was written with")
-            continue
-        if kind == "bucket":
-            for token, value in body:
-                stats["token", token] = value
-                from_buckets.add(("token", token))
-            continue
-        if kind == "stat":
-            from_buckets.discard(name)
-        if kind == "run":
+        if kind == "page":
+            if body is None:
+                pages.drop_page(name, stats)
+            else:
+                pages.read_page(name, body, stats)
+        elif kind == "stat":
+            if name[0] == "token":
+                pages.read_own(name[1], body, stats)
+            else:
+                stats[name] = body
+        elif kind == "run":
             runs[name] = body
-            continue
-        (stats if kind == "stat" else feedback)[name] = body
-    if from_buckets:
-        # A bucket record also lists the tokens its commit did not change: those the model
-        # already holds at that value are left out (setting them, and the global model's
-        # follow-up, costs ten times as much as reading the values to compare).
-        unchanged = list(from_buckets)
-        for key, value in zip(unchanged, _stat_values(model, unchanged), strict=True):
-            if value == stats[key]:
-                del stats[key]
+        elif kind == "feedback":
+            feedback[name] = body
+        elif kind == "bucket":
+            pages.read_bucket(name, body, stats)
+        elif kind == "slice" and body is not None and body != slice_identity(model):
+            raise ChangelogError(
+                f"{where}: the changelog holds the counts of {body!r}, but this daemon's "
+                f"model is {slice_identity(model)!r}: use another group_id (a changelog "
+                "of its own), or the model it was written with")
     if stats:
-        _BUCKETS.pop(model, None)  # a writer's index is rebuilt from what the model holds
+        try:
+            stats, old_values = _changed_only(model, stats)
+        except (ValueError, TypeError, KeyError) as error:
+            raise ChangelogError(f"{where}: changelog statistics cannot be applied: {error}"
+                                 ) from None
+    if stats:
         if on_stat is not None:
-            on_stat({key: (model.stat_value(key), value) for key, value in stats.items()})
+            on_stat({key: (old_values[key] if key in old_values else model.stat_value(key),
+                           value) for key, value in stats.items()})
         try:
             model.set_stat_values(stats)
         except (ValueError, TypeError, KeyError) as error:

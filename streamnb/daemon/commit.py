@@ -12,7 +12,6 @@ import orjson
 
 from streamnb.daemon.changelog import (
     FORMAT_VERSION,
-    TOKEN_BUCKETS,
     changed_records,
     no_cyclic_gc,
     slice_record,
@@ -25,9 +24,10 @@ log = logging.getLogger("streamnb.daemon")
 
 #: The time between commits is at least this many times the last commit's duration, so
 #: commits take at most about 1/(1 + COMMIT_SPACING) of the loop's time. A commit's cost
-#: grows with the vocabulary its token buckets rewrite, not with the messages it covers, so
-#: a daemon that commits on the clock alone gets slower as it falls behind: SpamAssassin at
-#: 424 msg/s committed every 424 mails, 1.1 ms of commit a mail.
+#: grew with the vocabulary its token buckets rewrote (the layout before token pages), not
+#: with the messages it covered, so a daemon that committed on the clock alone got slower as
+#: it fell behind: SpamAssassin at 424 msg/s committed every 424 mails, 1.1 ms of commit a
+#: mail. An expiring commit is still the slow one.
 COMMIT_SPACING = 4
 #: The stretched interval is at most this many times ``checkpoint.every_seconds`` (a single
 #: slow commit, an expiry say, does not hold predictions back for long).
@@ -48,8 +48,9 @@ class Committer:
            Their predictions and dead letters were sent into the open transaction as they
            were made.
         2. For each owned slice, the record of every key changed since the last commit (its
-           full current value, or a tombstone; tokens grouped in bucket records where most
-           of a bucket changed) and of every feedback run an entry joined, left or was
+           full current value, or a tombstone; the changed tokens' values packed in new
+           pages, then the tombstones of the pages they leave less than half live) and of
+           every feedback run an entry joined, left or was
            relabelled in goes to the slice's changelog partition, in the transaction
            (with, the first time after taking the slice over, the record of what its counts
            are: model kind and counting options). With ``model.max_tokens``, a slice over
@@ -136,7 +137,7 @@ class Committer:
             if self.max_tokens:  # token expiry: its tombstones join this commit
                 expired += self.parts.expire(key, self.max_tokens,
                                              self.settings.model.expiry_keep())
-            records = changed_records(part.model, part.store, self._bucket_room(topic))
+            records = changed_records(part.model, part.store, self._page_room(topic))
             if records and not part.identified:
                 records.append(slice_record(part.model))
                 identified.append(part)
@@ -147,9 +148,10 @@ class Committer:
             n_records += len(records)
         return n_records, size, expired
 
-    def _bucket_room(self, topic: str) -> int:
-        """The value bytes a token bucket record may carry to changelog ``topic``."""
-        return self.io.room(topic, orjson.dumps([FORMAT_VERSION, "tokens", TOKEN_BUCKETS]))
+    def _page_room(self, topic: str) -> int:
+        """The value bytes a token page may carry to changelog ``topic`` (with the key of a
+        page numbered as high as any will be)."""
+        return self.io.room(topic, orjson.dumps([FORMAT_VERSION, "page", 2**63]))
 
     def checkpoint_due(self) -> bool:
         """Whether to commit now: ``checkpoint.every_messages`` records are pending, or

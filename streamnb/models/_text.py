@@ -1153,7 +1153,9 @@ class TextModel(KeyedTextStatistics, Model):
             return {}
         values = self._training_values(values)
         rows = self._lookup(keys)
-        held = np.where(rows >= 0, self._counts[np.maximum(rows, 0), column], 0.0)
+        present = rows >= 0
+        held = np.zeros(len(rows))  # (indexing only the present rows: an expiry may leave none)
+        held[present] = self._counts[rows[present], column]
         kept = np.minimum(held, values)
         if self.n_buckets is not None:
             whole = {k for k, v, h in zip(keys, values.tolist(), held.tolist(), strict=True)
@@ -1200,7 +1202,8 @@ class TextModel(KeyedTextStatistics, Model):
         doomed = self.expiry_order()[: self._vocab - keep]
         from streamnb.models._keyed import TOTALS_KEY, token_key
 
-        before = {token_key(t): self.stat_value(token_key(t)) for t in doomed}
+        keys = [token_key(t) for t in doomed]
+        before = dict(zip(keys, self.stat_values(keys), strict=True))  # one gather
         before[TOTALS_KEY] = self.stat_value(TOTALS_KEY)
         rows = np.array([self._index[t] for t in doomed], dtype=np.intp)
         removed = self._counts[rows].sum(axis=0)

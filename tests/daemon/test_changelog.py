@@ -197,16 +197,17 @@ def test_decode_tells_stats_from_feedback():
 
 
 def test_a_commit_holds_its_records_at_about_their_length():
-    """A commit holds all its records at once (an expiring one: a tombstone per expired token);
+    """A commit holds all its records at once (a commit of a large vocabulary, tens of MB);
     orjson's output bytes carry a ~4 KiB buffer each, so the records are exact-size copies."""
+    import gc
     import tracemalloc
+
+    import streamnb.daemon.changelog as changelog
 
     model = make_model("multinomial")
     model.track_last_seen()
-    model.learn_one({f"word{i}": 1 for i in range(5000)}, "spam")
     model.mark_changes()
-    model.learn_one({f"new{i}": 1 for i in range(10)}, "ham")
-    model.expire(10, 0)  # every token goes: 5,010 tombstones
+    model.learn_one({f"word{i}": 1 for i in range(5000)}, "spam")
     store = FeedbackStore()
     store.mark_changes()
     for i in range(500):
@@ -215,18 +216,31 @@ def test_a_commit_holds_its_records_at_about_their_length():
     try:
         before = tracemalloc.get_traced_memory()[0]
         records = changed_records(model, store)
+        del changelog._PAGES[model]  # the page index is not the records' memory
+        gc.collect()  # and empties the free lists (of the key tuples made and dropped)
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert sum(value is None for _, value in records) >= 5010  # a tombstone per token
     payload = sum(len(key) + len(value or b"") for key, value in records) / len(records)
     per_record = held / len(records)  # the payload, the bytes and tuple headers, the list
     assert per_record < payload + 250, f"{per_record:.0f} bytes held per record"
-# ---------------------------------------------------------------- token bucket records
-# Layouts that force every way a commit writes tokens: (buckets, amplification, the largest
-# bucket record). The shipped one writes small buckets whole; amplification 0 writes a bucket
-# whole only when a token of it loses its counts; a tiny record limit dissolves buckets.
-LAYOUTS = [(1024, 4, 1_000_000), (2, 0, 1_000_000), (1, 1, 60), (3, 2, 200), (1, 1, 10_000)]
+    # and the expiry of every token is a handful of page tombstones, not one per token
+    model.mark_changes()
+    changed_records(model, store)  # the index again (the commit rewrites the whole slice)
+    model.mark_changes()
+    model.learn_one({f"new{i}": 1 for i in range(10)}, "ham")
+    model.expire(10, 0)
+    store.mark_changes()
+    kinds = [orjson.loads(key)[1] for key, value in changed_records(model, store)
+             if value is None]
+    assert kinds == ["page"] * 3  # 5,000 tokens in pages of PAGE_ENTRIES = 2,048
+
+
+# ---------------------------------------------------------------- token pages
+# Layouts that force every way a commit writes pages: (values a page holds at most, the
+# largest page record). The shipped one; a page per token; pages split by their bytes.
+LAYOUTS = [(2048, DEFAULT_MAX_VALUE_BYTES), (1, DEFAULT_MAX_VALUE_BYTES), (3, 10_000),
+           (2048, 60), (4, 150)]
 EXPIRING_EVENT = st.one_of(
     EVENT, st.tuples(st.just("expire"), st.integers(0, 5), st.just(None), st.just(None)))
 EXPIRING_COMMITS = st.lists(st.lists(EXPIRING_EVENT, max_size=8), max_size=8)
@@ -259,34 +273,69 @@ def expiring_log(kind, commits, max_value_bytes):
                       max_value_bytes)
 
 
+def any_compaction(log, rng):
+    """A log as Kafka's cleaner may leave it at any moment: the last record of each key kept,
+    any of the records before it dropped, and a tombstone that is the last of its key dropped
+    only once every record before it of its key is (the cleaner keeps a tombstone
+    ``delete.retention.ms`` past the pass that removed what it superseded)."""
+    last = {key: i for i, (key, _) in enumerate(log)}
+    kept = [i == last[key] or rng.random() < 0.5 for i, (key, _) in enumerate(log)]
+    earlier_kept = set()
+    for i, (key, _) in enumerate(log):
+        if kept[i] and i != last[key]:
+            earlier_kept.add(key)
+    for key, i in last.items():
+        if log[i][1] is None and key not in earlier_kept and rng.random() < 0.5:
+            kept[i] = False
+    return [record for record, keep in zip(log, kept, strict=True) if keep]
+
+
+def page_entries(log):
+    """The values the live pages of a (compacted) log list, by page."""
+    pages = {}
+    for key, value in log:
+        name = orjson.loads(key)
+        if name[1] == "page":
+            pages[name[2]] = None if value is None else orjson.loads(value)
+    return {n: body for n, body in pages.items() if body is not None}
+
+
+def restored_from(kind, records):
+    model = expiring_model(kind)
+    apply_records(model, FeedbackStore(max_ids=5), "in:0", records)
+    return model
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("kind", KINDS)
-@given(commits=EXPIRING_COMMITS, drop_tombstones=st.booleans(), split=st.integers(0, 100))
+@given(commits=EXPIRING_COMMITS, seed=st.integers(0, 2**32), split=st.integers(0, 100))
 @settings(max_examples=60, deadline=None)
-def test_token_records_in_buckets_restore_exactly_after_compaction(
-        layout, kind, commits, drop_tombstones, split):
-    """Whatever mix of bucket records, own records, tombstones and dissolved buckets the
-    commits wrote (expiry removing tokens in between), the compacted log restores the live
-    slice, and a reader that replays a prefix again ends up the same."""
+def test_token_pages_restore_exactly_after_any_compaction(layout, kind, commits, seed, split):
+    """Whatever pages, cleanings and tombstones the commits wrote (expiry and relabels
+    removing tokens in between), any compaction of the log restores the live slice, a reader
+    that replays a prefix again ends up the same, and the restored slice, as the new owner,
+    writes on a log that stays exact."""
+    import random
+
     import streamnb.daemon.changelog as changelog
 
-    n_buckets, amplification, max_value_bytes = layout
+    entries, max_value_bytes = layout
+    rng = random.Random(seed)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(changelog, "TOKEN_BUCKETS", n_buckets)
-        patch.setattr(changelog, "BUCKET_AMPLIFICATION", amplification)
+        patch.setattr(changelog, "PAGE_ENTRIES", entries)
         model, store, log = expiring_log(kind, commits, max_value_bytes)
-        compacted = compact(log)
-        if drop_tombstones:
-            compacted = [(k, v) for k, v in compacted if v is not None]
-        restored = expiring_model(kind)
-        apply_records(restored, FeedbackStore(max_ids=5), "in:0", compacted)
-        assert restored.to_state() == model.to_state()
+        for records in (log, compact(log), any_compaction(log, rng), any_compaction(log, rng)):
+            assert restored_from(kind, records).to_state() == model.to_state()
         replayed = expiring_model(kind)
         cut = split % (len(log) + 1)
         apply_records(replayed, FeedbackStore(max_ids=5), "in:0", log[:cut])
         apply_records(replayed, FeedbackStore(max_ids=5), "in:0", log)
         assert replayed.to_state() == model.to_state()
-        # the restored slice, now an owner, writes records that keep the log exact
+        # the slice restored from a compaction, now an owner, writes on that log records that
+        # keep it exact (its page index is the one it read; a page number whose records are
+        # all gone may be written again)
+        log = any_compaction(log, rng)
+        restored = restored_from(kind, log)
         restored.mark_changes()
         restored_store = FeedbackStore()
         restored_store.mark_changes()
@@ -294,10 +343,222 @@ def test_token_records_in_buckets_restore_exactly_after_compaction(
         for event in more:
             run_expiring(model, store, event)
             run_expiring(restored, restored_store, event)
-        log = compact(log + changed_records(restored, restored_store, max_value_bytes))
-        again = expiring_model(kind)
-        apply_records(again, FeedbackStore(), "in:0", log)
-        assert again.to_state() == model.to_state()
+        log = log + changed_records(restored, restored_store, max_value_bytes)
+        for records in (log, any_compaction(log, rng)):
+            assert restored_from(kind, records).to_state() == model.to_state()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@given(commits=EXPIRING_COMMITS)
+@settings(max_examples=60, deadline=None)
+def test_pages_fit_the_topic_and_the_live_pages_list_at_most_twice_the_vocabulary(
+        layout, commits):
+    import streamnb.daemon.changelog as changelog
+
+    entries, max_value_bytes = layout
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(changelog, "PAGE_ENTRIES", entries)
+        model, store = expiring_model("multinomial"), FeedbackStore(max_ids=5)
+        model.mark_changes()
+        store.mark_changes()
+        log = []
+        for events in commits:
+            for event in events:
+                run_expiring(model, store, event)
+            records = changed_records(model, store, max_value_bytes)
+            log += records
+            model.mark_changes()
+            store.mark_changes()
+            for key, value in records:
+                if orjson.loads(key)[1] == "page" and value is not None:
+                    assert 1 <= len(orjson.loads(value)) <= entries
+                    assert len(value) <= max_value_bytes or len(orjson.loads(value)) == 1
+            live = page_entries(compact(log))
+            home = {t: n for n in sorted(live) for t, _ in live[n]}  # the last page listing t
+            for n, body in live.items():  # every live page is at least half live
+                assert 2 * sum(home[t] == n for t, _ in body) >= len(body)
+            listed = sum(len(body) for body in live.values())
+            assert listed <= 2 * model.vocabulary_size
+            assert {t for body in live.values() for t, _ in body} == {
+                key[1] for key in model.stat_keys() if key[0] == "token"}
+
+
+def test_a_token_that_loses_its_counts_is_not_brought_back_by_an_older_page():
+    """``a`` is written in page 0 beside ``b``, again in page 1 (page 0 still lists its older
+    value, and is half live: not cleaned); when ``a`` loses its counts, page 0 is cleaned
+    too, not only its home: once compaction has dropped page 1 and its tombstone, page 0
+    would bring it back."""
+    def step(model, store, event):
+        getattr(model, event[0])(event[1], "ham")
+
+    commits = [[("learn_one", {"a": 1, "b": 1})], [("learn_one", {"a": 1})],
+               [("unlearn_one", {"a": 1}), ("unlearn_one", {"a": 1})]]
+    model, _, log = commit_log(make_model("multinomial"), FeedbackStore(), commits, step)
+    assert [key[1] for key in model.stat_keys() if key[0] == "token"] == ["b"]
+    pages = [(orjson.loads(k)[2], v is None) for k, v in log if orjson.loads(k)[1] == "page"]
+    assert pages == [(0, False), (1, False), (2, False), (0, True), (1, True)]
+    survivors = [(k, v) for k, v in compact(log) if v is not None]
+    restored = make_model("multinomial")
+    apply_records(restored, FeedbackStore(), "in:0", survivors)
+    assert restored.to_state() == model.to_state()
+
+
+def test_a_commit_writes_its_changed_tokens_in_a_page_whatever_the_vocabulary():
+    model = make_model("multinomial")
+    store = FeedbackStore()
+    model.mark_changes()
+    store.mark_changes()
+    model.learn_one({f"w{i}": 1 for i in range(20_000)}, "ham")
+    first = changed_records(model, store)
+    assert [orjson.loads(key)[1] for key, _ in first] == ["page"] * 10 + ["totals"]
+    model.mark_changes()
+    model.learn_one({"w1": 1, "w2": 1, "fresh": 1}, "spam")
+    records = changed_records(model, store)
+    assert [orjson.loads(key) for key, _ in records] == [[1, "page", 10], [1, "totals"]]
+    assert sorted(t for t, _ in orjson.loads(records[0][1])) == ["fresh", "w1", "w2"]
+    # and the whole slice is its vocabulary in pages, numbered from 0
+    whole = [orjson.loads(key) for key, _ in all_records(model, FeedbackStore())]
+    assert whole == [[1, "page", n] for n in range(10)] + [[1, "totals"]]
+
+
+def test_a_model_that_learned_before_its_changes_were_marked_is_written_whole():
+    """A change the page index never saw (here: learned before ``mark_changes``): the commit
+    notices the vocabulary it does not know and writes the whole slice."""
+    model = make_model("multinomial")
+    model.learn_one({"early": 1}, "ham")
+    model.mark_changes()
+    model.learn_one({"late": 1}, "spam")
+    store = FeedbackStore()
+    store.mark_changes()
+    records = changed_records(model, store)
+    restored = make_model("multinomial")
+    apply_records(restored, FeedbackStore(), "in:0", records)
+    assert restored.to_state() == model.to_state()
+
+
+# ------------------------------------------------------- the layout before pages, read on
+def legacy_token_records(model, changed, n_buckets, rng):
+    """What the writer before token pages made of a commit's changed tokens: a bucket
+    (crc32 mod ``n_buckets``) written whole, listing every token of it with counts, or the
+    changed tokens' own records (chosen at random here, as its amplification rule did by
+    size); a token that lost its counts: its own tombstone, then its bucket whole."""
+    import zlib
+
+    def bucket(t):
+        return (t if type(t) is int else zlib.crc32(t.encode("utf-8", "surrogatepass"))
+                ) % n_buckets
+
+    members = {}
+    for key in model.stat_keys():
+        if key[0] == "token":
+            members.setdefault(bucket(key[1]), []).append(key[1])
+    by_bucket = {}
+    for token in changed:
+        by_bucket.setdefault(bucket(token), []).append(token)
+    records = []
+    for b, tokens in sorted(by_bucket.items()):
+        deleted = [t for t in tokens if model.stat_value(("token", t)) is None]
+        if not deleted and rng.random() < 0.5:
+            records += [(orjson.dumps([1, "token", t]), orjson.dumps(model.stat_value(
+                ("token", t)))) for t in tokens]
+            continue
+        records += [(orjson.dumps([1, "token", t]), None) for t in deleted]
+        records.append((orjson.dumps([1, "tokens", b]), orjson.dumps(
+            [[t, model.stat_value(("token", t))] for t in sorted(members.get(b, []))])))
+    return records
+
+
+def legacy_log(kind, commits, n_buckets, rng):
+    """An owner's slice and store after ``commits``, and the changelog the writer before
+    token pages made of them."""
+    from streamnb.daemon.changelog import _feedback_records, _stat_record
+
+    model, store = expiring_model(kind), FeedbackStore(max_ids=5)
+    model.mark_changes()
+    store.mark_changes()
+    log = []
+    for events in commits:
+        for event in events:
+            run_expiring(model, store, event)
+        changed = model.changed_keys()
+        log += legacy_token_records(model, [k[1] for k in changed if k[0] == "token"],
+                                    n_buckets, rng)
+        log += [_stat_record(k, model.stat_value(k)) for k in changed if k[0] != "token"]
+        log += _feedback_records(store, store.changed_ids(), store.changed_runs())
+        model.mark_changes()
+        store.mark_changes()
+    return model, store, log
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(before=EXPIRING_COMMITS, after=EXPIRING_COMMITS, n_buckets=st.sampled_from([1, 3, 1024]),
+       seed=st.integers(0, 2**32))
+@settings(max_examples=80, deadline=None)
+def test_a_changelog_of_buckets_and_own_records_is_read_and_moved_into_pages(
+        kind, before, after, n_buckets, seed):
+    """A slice written in the layout before pages, read back (compacted or not) by a new
+    owner that goes on in pages: its first commit moves every token into pages and tombstones
+    the earlier keys, and any compaction of the whole log restores the live slice."""
+    import random
+
+    rng = random.Random(seed)
+    model, store, log = legacy_log(kind, before, n_buckets, rng)
+    # (not any compaction: in that layout a tombstone of a token's own record could go while
+    # an older record of its bucket listing it stays; the first commit of pages, whose bucket
+    # tombstones remove what a bucket still holds, closes that too)
+    for records in (log, compact(log)):
+        assert restored_from(kind, records).to_state() == model.to_state()
+    owner = restored_from(kind, compact(log))
+    owner_store = FeedbackStore(max_ids=5)
+    apply_records(make_model(kind), owner_store, "in:0", log)
+    owner_store.order_by_arrival()
+    _, _, more = commit_log(owner, owner_store, [[], *after], run_expiring)
+    for event in (e for events in after for e in events):
+        run_expiring(model, store, event)
+    assert owner.to_state() == model.to_state()
+    log += more
+    for records in (log, compact(log), any_compaction(log, rng)):
+        assert restored_from(kind, records).to_state() == model.to_state()
+    # no record of the earlier layout outlives compaction once the owner has committed
+    kinds = {orjson.loads(key)[1] for key, value in compact(log) if value is not None}
+    assert not kinds & {"token", "tokens"}
+
+
+@given(slices=st.lists(EXPIRING_COMMITS, min_size=2, max_size=3), legacy=st.booleans(),
+       seed=st.integers(0, 2**32))
+@settings(max_examples=40, deadline=None)
+def test_the_global_model_follows_pages_cleanings_and_expiry_exactly(slices, legacy, seed):
+    """A daemon owning none of the partitions, tailing every changelog in polls of a few
+    records, holds exactly the sum of the owners' slices (each log possibly begun in the
+    layout before pages)."""
+    import random
+
+    rng = random.Random(seed)
+    reader = Partitions(lambda: expiring_model("multinomial"),
+                        lambda key: FeedbackStore(max_ids=5), lambda: make_model("multinomial"))
+    owners = []
+    for commits in slices:
+        half = len(commits) // 2
+        model, store, log = (legacy_log("multinomial", commits[:half], 2, rng) if legacy
+                             else (expiring_model("multinomial"), FeedbackStore(max_ids=5), []))
+        if legacy:  # the same slice, read back by its next owner, goes on in pages
+            owner = restored_from("multinomial", log)
+            _, _, more = commit_log(owner, store, [[], *commits[half:]], run_expiring)
+            model = owner
+        else:
+            _, _, more = commit_log(model, store, commits, run_expiring)
+        owners.append((model, log + more))
+    for p, (_, log) in enumerate(owners):
+        for i in range(0, len(log), 3):
+            reader.apply_remote(f"in:{p}", log[i:i + 3])
+    total = make_model("multinomial")
+    for model, _ in owners:
+        total += model
+
+    def counts(model):  # (a single slice is the live model itself, stamps and all)
+        return {k: v for k, v in model.to_state().items() if k not in ("clock", "last_seen")}
+
+    assert counts(reader.live) == counts(total)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -311,40 +572,6 @@ def test_stat_values_in_bulk_equal_one_by_one(kind, messages, expired):
             model.expire(expired, expired)
         keys = [*model.stat_keys(), ("token", "never-seen"), ("totals",)]
         assert model.stat_values(keys) == [model.stat_value(key) for key in keys]
-
-
-def test_a_commit_of_few_changes_in_a_large_vocabulary_writes_each_token_alone():
-    model = make_model("multinomial")
-    model.learn_one({f"w{i}": 1 for i in range(20_000)}, "ham")
-    model.mark_changes()
-    model.learn_one({"w1": 1, "w2": 1, "fresh": 1}, "spam")
-    store = FeedbackStore()
-    store.mark_changes()
-    kinds = [orjson.loads(key)[1] for key, _ in changed_records(model, store)]
-    assert sorted(kinds) == ["token", "token", "token", "totals"]
-    # and the whole slice is one record per bucket
-    whole = [orjson.loads(key)[1] for key, _ in all_records(model, FeedbackStore())]
-    assert whole.count("tokens") == 1024 and "token" not in whole
-
-
-def test_a_token_that_loses_its_counts_is_not_brought_back_by_an_older_bucket_record():
-    """Its bucket was written whole, then later commits wrote tokens alone; when the token
-    expires, the bucket is written again without it (a tombstone alone would leave the older
-    bucket record listing it once compaction drops the tombstone)."""
-    import streamnb.daemon.changelog as changelog
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(changelog, "TOKEN_BUCKETS", 1)
-        patch.setattr(changelog, "BUCKET_AMPLIFICATION", 1)
-        commits = [[("message", "m1", {"a": 1, "b": 1}, "ham")],
-                   [("message", "m2", {"c": 1, "d": 1, "e": 1}, "spam")],
-                   [("expire", 4, None, None)]]
-        model, _, log = expiring_log("multinomial", commits, 10_000)
-        assert model.vocabulary_size == 4
-        survivors = [(k, v) for k, v in compact(log) if v is not None]
-        restored = expiring_model("multinomial")
-        apply_records(restored, FeedbackStore(), "in:0", survivors)
-        assert restored.to_state() == model.to_state()
 
 
 def test_feedback_entries_travel_in_runs_of_consecutive_arrivals():

@@ -187,6 +187,18 @@ def test_unlearnable_part_of_a_partly_expired_message():
                                             "clock": 3}
 
 
+@pytest.mark.parametrize("cls", [MultinomialNB, BernoulliNB])
+def test_a_relabel_in_a_slice_without_token_rows_unlearns_nothing_of_the_tokens(cls):
+    """A slice restored from a changelog whose tokens had all expired holds class counts and
+    no token row: the relabel that follows finds nothing of its message to unlearn (it
+    indexed a row of the empty count array)."""
+    model = cls()
+    model.track_last_seen()
+    model.set_stat_values({TOTALS_KEY: {"n_docs": {"ham": 1.0}, "totals": {"ham": 1.0},
+                                        "clock": 1}})
+    assert model.unlearnable_part({"win": 1}, "ham") == {}
+
+
 @given(steps=STEPS, other=st.lists(st.tuples(MESSAGE, LABEL), max_size=10), probe=MESSAGE)
 @settings(max_examples=40, deadline=None)
 def test_a_sum_of_slices_follows_expiry_through_replace_part(steps, other, probe):
