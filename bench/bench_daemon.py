@@ -82,16 +82,21 @@ DATA = Path(os.environ.get("STREAMNB_DATA", REPO.parent / "shared" / "data"))
 
 
 # ---------------------------------------------------------------------- streams
-def sms_values(seed: int = 1) -> list[tuple[bytes, bytes, str]]:
+def sms_values(seed: int = 1, copies: int = 1) -> list[tuple[bytes, bytes, str]]:
+    """The SMS stream; with ``copies`` > 1 it is followed by further copies of itself under
+    new ids (``sms-<i>-<copy>``), long enough for a loop of several commits and the
+    collector's full collections (the first copy is the stream of ``copies=1``)."""
     rng = random.Random(seed)
     out = []
     lines = (DATA / "sms-spam-collection" / "SMSSpamCollection").read_text("utf-8").splitlines()
-    for i, line in enumerate(lines):
-        label, text = line.split("\t", 1)
-        obj = {"id": f"sms-{i}", "text": text}
-        if rng.random() < 0.8:
-            obj["label"] = label
-        out.append((f"sms-{i}".encode(), orjson.dumps(obj), label))
+    for copy in range(copies):
+        for i, line in enumerate(lines):
+            label, text = line.split("\t", 1)
+            msg_id = f"sms-{i}" if copy == 0 else f"sms-{i}-{copy}"
+            obj = {"id": msg_id, "text": text}
+            if rng.random() < 0.8:
+                obj["label"] = label
+            out.append((msg_id.encode(), orjson.dumps(obj), label))
     return out
 
 
@@ -153,10 +158,12 @@ level = "warning"
 """
 
 
-def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = False) -> float:
+def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = False,
+                after_build=None) -> float:
     """Seconds for the daemon loop to process ``n`` records, from the moment its first poll
     returned records (their processing included, as the bare consumer's clock starts when its
-    first poll has returned), to the end of the final commit."""
+    first poll has returned), to the end of the final commit. ``after_build()`` runs once the
+    daemon is built, before the clock starts (what ``streamnb run`` does there)."""
     workdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-"))
     try:
         text = settings_text(bootstrap, topic, workdir, f"bench-{uuid.uuid4().hex[:8]}")
@@ -164,6 +171,8 @@ def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = Fals
             text += "\n[pipeline]\nprepare_process = true\n"
         settings = load_settings(text=text, environ={})
         daemon = build_daemon(settings, metrics=Metrics())
+        if after_build is not None:
+            after_build()
         started = None
         poll = daemon.io.poll
 
@@ -724,6 +733,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--streams", default="sms,spamassassin")
     parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--sms-copies", type=int, default=1,
+                        help="the SMS stream of the throughput rounds this many times over, "
+                             "under new ids (a loop long enough for several commits)")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--latency-streams", default="sms,spamassassin",
                         help="the streams produced at --rate for the latency measurement")
@@ -752,7 +764,12 @@ def main() -> int:
     if args.child:
         what, topic, n = args.child
         cpu_started = time.process_time()
-        wall = daemon_loop(args.bootstrap, topic, int(n), prepare_process=what == "prepare")
+        import streamnb.daemon.loop as run_module
+
+        # What `streamnb run` does once its daemon is built (a checkout without it: nothing).
+        started_up = getattr(run_module, "freeze_start_up_heap", None)
+        wall = daemon_loop(args.bootstrap, topic, int(n), prepare_process=what == "prepare",
+                           after_build=started_up)
         print(wall, time.process_time() - cpu_started)
         return 0
 
@@ -764,7 +781,7 @@ def main() -> int:
           f"kafka-python's CRC-32C check: {crc}")
     topics = {}
     for name in filter(None, args.streams.split(",")):
-        values = STREAMS[name]()
+        values = sms_values(copies=args.sms_copies) if name == "sms" else STREAMS[name]()
         topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
         create_topics(args.bootstrap, {topic: 1, f"{topic}-out": 1, f"{topic}-dlq": 1})
         produce(args.bootstrap, topic, ((k, v) for k, v, _ in values))
