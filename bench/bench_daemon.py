@@ -159,11 +159,12 @@ level = "warning"
 
 
 def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = False,
-                after_build=None) -> float:
+                after_build=None, probe=None) -> float:
     """Seconds for the daemon loop to process ``n`` records, from the moment its first poll
     returned records (their processing included, as the bare consumer's clock starts when its
     first poll has returned), to the end of the final commit. ``after_build()`` runs once the
-    daemon is built, before the clock starts (what ``streamnb run`` does there)."""
+    daemon is built, before the clock starts (what ``streamnb run`` does there);
+    ``probe("start")`` and ``probe("end")`` when the clock starts and stops."""
     workdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-"))
     try:
         text = settings_text(bootstrap, topic, workdir, f"bench-{uuid.uuid4().hex[:8]}")
@@ -181,6 +182,8 @@ def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = Fals
             records = poll(timeout_ms)
             if records and started is None:
                 started = time.perf_counter()
+                if probe is not None:
+                    probe("start")
             return records
 
         # Not after the first step: that would leave the first batch's processing (a ninth of
@@ -195,11 +198,81 @@ def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = Fals
                     daemon.checkpoint("interval")
             daemon.drain()
             daemon.checkpoint("end")
-            return time.perf_counter() - started
+            seconds = time.perf_counter() - started
+            if probe is not None:
+                probe("end")
+            return seconds
         finally:
             daemon.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _thread_times() -> dict[int, tuple[int, int]]:
+    """Nanoseconds each thread of this process has run on a CPU and waited for one (runnable,
+    another process on it), from Linux's per-thread schedstat."""
+    times = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            run, wait, _ = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue  # a thread that ended meanwhile
+        times[int(tid)] = (int(run), int(wait))
+    return times
+
+
+def wall_split(bootstrap: str, topic: str, n: int, after_build=None) -> None:
+    """Where one daemon loop's wall time goes, per record, with no timers in the loop: the
+    main thread's wall time as its time on a CPU, its time runnable but waiting for one (other
+    processes on the cores), and the rest, blocked (waiting for the GIL, a lock, or the
+    network: a fetch, the commit's round trips); the cyclic collector's share; and the CPU
+    of the daemon's other threads (kafka-python's IO threads), which hold the GIL for most of
+    theirs. Linux only (``/proc/<pid>/task/<tid>/schedstat``)."""
+    import gc
+    import threading
+
+    main_tid = threading.get_native_id()
+    collections_: dict[int, list[float]] = {}
+    gc_started = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        else:
+            spent = collections_.setdefault(info["generation"], [0, 0.0])
+            spent[0] += 1
+            spent[1] += time.perf_counter() - gc_started[0]
+
+    moments: dict[str, tuple] = {}
+
+    def probe(moment: str) -> None:
+        if moment == "start":
+            gc.callbacks.append(on_gc)
+        else:
+            gc.callbacks.remove(on_gc)
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        moments[moment] = (time.perf_counter_ns(), _thread_times(), names)
+
+    wall = daemon_loop(bootstrap, topic, n, after_build=after_build, probe=probe)
+    (t0, start, _), (t1, end, names) = moments["start"], moments["end"]
+    us = 1e3 * n  # ns per record -> us
+
+    run = (end[main_tid][0] - start[main_tid][0]) / us
+    queued = (end[main_tid][1] - start[main_tid][1]) / us
+    total = (t1 - t0) / us
+    gc_us = sum(s for _, s in collections_.values()) * 1e6 / n
+    print(f"where one daemon loop's wall time goes, {n} records, {wall:.2f} s (a fresh "
+          f"process, no timers in the loop), per record, load {os.getloadavg()[0]:.1f}:")
+    print(f"  main thread: wall {total:.1f} us = on a CPU {run:.1f} + waiting for a CPU "
+          f"{queued:.1f} + blocked (GIL, locks, network) {total - run - queued:.1f}")
+    print(f"  the cyclic collector (in the main thread's time): {gc_us:.1f} us; collections "
+          + ", ".join(f"generation {g}: {c} in {s * 1e3:.0f} ms"
+                      for g, (c, s) in sorted(collections_.items())))
+    others = sorted(((end[tid][0] - start.get(tid, (0, 0))[0]) / us, names.get(tid, str(tid)))
+                    for tid in end if tid != main_tid)
+    print("  other threads on a CPU: " + ", ".join(f"{name} {cpu:.1f} us"
+                                                   for cpu, name in reversed(others)
+                                                   if cpu >= 0.05))
 
 
 def breakdown(bootstrap: str, topic: str, n: int) -> None:
@@ -756,6 +829,10 @@ def main() -> int:
                         help="also time, in the same throughput rounds, the daemon of another "
                              "checkout of streamnb (its own bench/bench_daemon.py --child), e.g. "
                              "the code before a change: `git worktree add /tmp/base main`")
+    parser.add_argument("--wall-split", action="store_true",
+                        help="also print, for one daemon loop in a fresh process without timers, "
+                             "the main thread's wall time as on a CPU / waiting for a CPU / "
+                             "blocked, the cyclic collector's share and the other threads' CPU")
     parser.add_argument("--floor", action="store_true",
                         help="also print the CPU per record of the stages every daemon on these "
                              "parts must run, and the best ratio two cores allow")
@@ -768,6 +845,9 @@ def main() -> int:
 
         # What `streamnb run` does once its daemon is built (a checkout without it: nothing).
         started_up = getattr(run_module, "freeze_start_up_heap", None)
+        if what == "wall-split":
+            wall_split(args.bootstrap, topic, int(n), after_build=started_up)
+            return 0
         wall = daemon_loop(args.bootstrap, topic, int(n), prepare_process=what == "prepare",
                            after_build=started_up)
         print(wall, time.process_time() - cpu_started)
@@ -818,6 +898,12 @@ def main() -> int:
                   + ", ".join(f"{n / t:,.0f}" for t, _ in prepared) + "]")
         if args.breakdown:
             breakdown(args.bootstrap, topic, n)
+        if args.wall_split:
+            print(subprocess.run(
+                [sys.executable, "-m", "bench.bench_daemon", "--child", "wall-split", topic,
+                 str(n), "--bootstrap", args.bootstrap], cwd=REPO, capture_output=True,
+                text=True, timeout=300, check=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+            ).stdout.rstrip())
         if args.floor:
             floor(args.bootstrap, topic, values, max(args.rounds, 3), b / n * 1e6,
                   statistics.median(c for _, c in bare) / n * 1e6, n / d)
