@@ -253,7 +253,27 @@ def wall_split(bootstrap: str, topic: str, n: int, after_build=None) -> None:
         names = {t.native_id: t.name for t in threading.enumerate()}
         moments[moment] = (time.perf_counter_ns(), _thread_times(), names)
 
-    wall = daemon_loop(bootstrap, topic, n, after_build=after_build, probe=probe)
+    import streamnb.daemon.commit as commit_module
+
+    committing = [0, 0, 0, 0]  # wall, run, wait ns; commits
+    checkpoint = commit_module.Committer.checkpoint
+
+    def timed_checkpoint(self, why):  # one call a commit: no timer in the per-record path
+        wall0, (run0, wait0) = time.perf_counter_ns(), _thread_times()[main_tid]
+        try:
+            return checkpoint(self, why)
+        finally:
+            run1, wait1 = _thread_times()[main_tid]
+            committing[0] += time.perf_counter_ns() - wall0
+            committing[1] += run1 - run0
+            committing[2] += wait1 - wait0
+            committing[3] += 1
+
+    commit_module.Committer.checkpoint = timed_checkpoint
+    try:
+        wall = daemon_loop(bootstrap, topic, n, after_build=after_build, probe=probe)
+    finally:
+        commit_module.Committer.checkpoint = checkpoint
     (t0, start, _), (t1, end, names) = moments["start"], moments["end"]
     us = 1e3 * n  # ns per record -> us
 
@@ -265,6 +285,9 @@ def wall_split(bootstrap: str, topic: str, n: int, after_build=None) -> None:
           f"process, no timers in the loop), per record, load {os.getloadavg()[0]:.1f}:")
     print(f"  main thread: wall {total:.1f} us = on a CPU {run:.1f} + waiting for a CPU "
           f"{queued:.1f} + blocked (GIL, locks, network) {total - run - queued:.1f}")
+    c_wall, c_run, c_wait = (x / us for x in committing[:3])
+    print(f"  of which in the {committing[3]} commit(s): wall {c_wall:.1f} us = on a CPU "
+          f"{c_run:.1f} + waiting for a CPU {c_wait:.1f} + blocked {c_wall - c_run - c_wait:.1f}")
     print(f"  the cyclic collector (in the main thread's time): {gc_us:.1f} us; collections "
           + ", ".join(f"generation {g}: {c} in {s * 1e3:.0f} ms"
                       for g, (c, s) in sorted(collections_.items())))
