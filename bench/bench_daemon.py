@@ -134,6 +134,10 @@ def _toml_value(value) -> str:
     return str(value).lower() if isinstance(value, bool) else orjson.dumps(value).decode()
 
 
+#: A ``[kafka]`` line the daemon's config gets (a contender of ``--kafka-setting``).
+KAFKA_SETTING_ENV = "STREAMNB_BENCH_KAFKA_SETTING"
+
+
 def settings_text(bootstrap: str, topic: str, workdir: Path, group: str) -> str:
     # TOML has no null: an option set to None is left out, which is its default (top_k).
     options = "\n".join(f"{key} = {_toml_value(value)}" for key, value in MAIL_OPTIONS.items()
@@ -151,6 +155,7 @@ output_topic = "{topic}-out"
 dead_letter_topic = "{topic}-dlq"
 group_id = "{group}"
 group_instance_id = "{group}-member"
+{os.environ.get(KAFKA_SETTING_ENV, "")}
 [metrics]
 port = 0
 [logging]
@@ -661,7 +666,7 @@ def memory(bootstrap: str, topic: str, n: int) -> None:
 
 
 def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300,
-             repo: Path = REPO) -> tuple[float, float]:
+             repo: Path = REPO, kafka_setting: str = "") -> tuple[float, float]:
     """Run one measurement in a fresh process (isolated memory, and a kafka-python stall
     cannot hang the benchmark); retried once if it stalls. Returns (wall, CPU) seconds; the
     CPU is the measured process's own (the daemon's producer child is not in it).
@@ -674,7 +679,7 @@ def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300
             out = subprocess.run(
                 [sys.executable, "-m", *module, topic, str(n), "--bootstrap", bootstrap],
                 cwd=repo, capture_output=True, text=True, timeout=timeout, check=True,
-                env={**os.environ, "PYTHONPATH": str(repo)},
+                env={**os.environ, "PYTHONPATH": str(repo), KAFKA_SETTING_ENV: kafka_setting},
             ).stdout
             wall, cpu = out.strip().splitlines()[-1].split()
             return float(wall), float(cpu)
@@ -856,6 +861,10 @@ def main() -> int:
                         help="also print, for one daemon loop in a fresh process without timers, "
                              "the main thread's wall time as on a CPU / waiting for a CPU / "
                              "blocked, the cyclic collector's share and the other threads' CPU")
+    parser.add_argument("--kafka-setting", action="append", default=[], metavar="LINE",
+                        help="also time, in the same throughput rounds, the daemon with this "
+                             "line in its [kafka] table (e.g. 'max_poll_records = 2000'); "
+                             "repeatable, one contender each")
     parser.add_argument("--floor", action="store_true",
                         help="also print the CPU per record of the stages every daemon on these "
                              "parts must run, and the best ratio two cores allow")
@@ -891,9 +900,13 @@ def main() -> int:
         print(f"  {name}: {len(values)} records in {topic}", file=sys.stderr, flush=True)
         topics[name] = (topic, len(values))
         bare, loop, prepared, baseline = [], [], [], []
+        tuned: dict[str, list] = {line: [] for line in args.kafka_setting}
         for round_ in range(args.rounds):
             bare.append(in_child("bare", args.bootstrap, topic, len(values)))
             loop.append(in_child("daemon", args.bootstrap, topic, len(values)))
+            for line, times in tuned.items():
+                times.append(in_child("daemon", args.bootstrap, topic, len(values),
+                                      kafka_setting=line))
             if args.prepare_process:
                 prepared.append(in_child("prepare", args.bootstrap, topic, len(values)))
             if args.baseline:
@@ -914,6 +927,10 @@ def main() -> int:
             o = statistics.median(w for w, _ in baseline)
             print(f"  baseline daemon ({args.baseline}): {n / o:,.0f} msg/s, ratio {b / o:.3f}"
                   "  [rounds: " + ", ".join(f"{n / t:,.0f}" for t, _ in baseline) + "]")
+        for line, times in tuned.items():
+            t = statistics.median(w for w, _ in times)
+            print(f"  with [kafka] {line}: daemon {n / t:,.0f} msg/s, ratio {b / t:.3f}  [rounds: "
+                  + ", ".join(f"{n / w:,.0f}" for w, _ in times) + "]")
         if prepared:
             p = statistics.median(w for w, _ in prepared)
             print(f"  with pipeline.prepare_process = true: daemon {n / p:,.0f} msg/s, "
