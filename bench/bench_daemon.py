@@ -6,9 +6,9 @@
    the SMS and SpamAssassin streams, next to a bare kafka-python consumer reading the same topic
    (the ceiling: ``bench.bare_consumer``, in a process that imports kafka-python only; both
    check record CRCs with the same implementation, printed first),
-   measured alternately in the same run, each round in a fresh process, timed from the first
-   batch to the last record (the daemon's final commit included); medians and the ratio
-   are printed.
+   measured alternately in the same run, each round in a fresh process, timed from the
+   moment the first poll returned records to the last record (the daemon's processing of
+   that first batch and its final commit included); medians and the ratio are printed.
 2. Latency at a steady 1,000 msg/s: the SMS and the SpamAssassin records
    (``--latency-streams``) are produced at that rate to a running daemon (a
    ``python -m streamnb run`` subprocess); latency = prediction record timestamp - input
@@ -82,16 +82,21 @@ DATA = Path(os.environ.get("STREAMNB_DATA", REPO.parent / "shared" / "data"))
 
 
 # ---------------------------------------------------------------------- streams
-def sms_values(seed: int = 1) -> list[tuple[bytes, bytes, str]]:
+def sms_values(seed: int = 1, copies: int = 1) -> list[tuple[bytes, bytes, str]]:
+    """The SMS stream; with ``copies`` > 1 it is followed by further copies of itself under
+    new ids (``sms-<i>-<copy>``), long enough for a loop of several commits and the
+    collector's full collections (the first copy is the stream of ``copies=1``)."""
     rng = random.Random(seed)
     out = []
     lines = (DATA / "sms-spam-collection" / "SMSSpamCollection").read_text("utf-8").splitlines()
-    for i, line in enumerate(lines):
-        label, text = line.split("\t", 1)
-        obj = {"id": f"sms-{i}", "text": text}
-        if rng.random() < 0.8:
-            obj["label"] = label
-        out.append((f"sms-{i}".encode(), orjson.dumps(obj), label))
+    for copy in range(copies):
+        for i, line in enumerate(lines):
+            label, text = line.split("\t", 1)
+            msg_id = f"sms-{i}" if copy == 0 else f"sms-{i}-{copy}"
+            obj = {"id": msg_id, "text": text}
+            if rng.random() < 0.8:
+                obj["label"] = label
+            out.append((msg_id.encode(), orjson.dumps(obj), label))
     return out
 
 
@@ -129,6 +134,10 @@ def _toml_value(value) -> str:
     return str(value).lower() if isinstance(value, bool) else orjson.dumps(value).decode()
 
 
+#: A ``[kafka]`` line the daemon's config gets (a contender of ``--kafka-setting``).
+KAFKA_SETTING_ENV = "STREAMNB_BENCH_KAFKA_SETTING"
+
+
 def settings_text(bootstrap: str, topic: str, workdir: Path, group: str) -> str:
     # TOML has no null: an option set to None is left out, which is its default (top_k).
     options = "\n".join(f"{key} = {_toml_value(value)}" for key, value in MAIL_OPTIONS.items()
@@ -146,6 +155,7 @@ output_topic = "{topic}-out"
 dead_letter_topic = "{topic}-dlq"
 group_id = "{group}"
 group_instance_id = "{group}-member"
+{os.environ.get(KAFKA_SETTING_ENV, "")}
 [metrics]
 port = 0
 [logging]
@@ -153,9 +163,13 @@ level = "warning"
 """
 
 
-def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = False) -> float:
-    """Seconds for the daemon loop to process ``n`` records, from its first batch, including
-    the final commit."""
+def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = False,
+                after_build=None, probe=None) -> float:
+    """Seconds for the daemon loop to process ``n`` records, from the moment its first poll
+    returned records (their processing included, as the bare consumer's clock starts when its
+    first poll has returned), to the end of the final commit. ``after_build()`` runs once the
+    daemon is built, before the clock starts (what ``streamnb run`` does there);
+    ``probe("start")`` and ``probe("end")`` when the clock starts and stops."""
     workdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-"))
     try:
         text = settings_text(bootstrap, topic, workdir, f"bench-{uuid.uuid4().hex[:8]}")
@@ -163,23 +177,130 @@ def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = Fals
             text += "\n[pipeline]\nprepare_process = true\n"
         settings = load_settings(text=text, environ={})
         daemon = build_daemon(settings, metrics=Metrics())
+        if after_build is not None:
+            after_build()
         started = None
+        poll = daemon.io.poll
+
+        def poll_and_start_the_clock(timeout_ms):
+            nonlocal started
+            records = poll(timeout_ms)
+            if records and started is None:
+                started = time.perf_counter()
+                if probe is not None:
+                    probe("start")
+            return records
+
+        # Not after the first step: that would leave the first batch's processing (a ninth of
+        # the SMS stream in polls of 500) out of the time.
+        daemon.io.poll = poll_and_start_the_clock
         done = 0
         try:
             while done < n:
                 done += daemon.step(200)  # the loop body of Daemon.run
                 daemon.follow_changelog()
-                if started is None and (done or daemon.in_flight):
-                    started = time.perf_counter()
                 if daemon.checkpoint_due():
                     daemon.checkpoint("interval")
             daemon.drain()
             daemon.checkpoint("end")
-            return time.perf_counter() - started
+            seconds = time.perf_counter() - started
+            if probe is not None:
+                probe("end")
+            return seconds
         finally:
             daemon.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _thread_times() -> dict[int, tuple[int, int]]:
+    """Nanoseconds each thread of this process has run on a CPU and waited for one (runnable,
+    another process on it), from Linux's per-thread schedstat."""
+    times = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            run, wait, _ = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue  # a thread that ended meanwhile
+        times[int(tid)] = (int(run), int(wait))
+    return times
+
+
+def wall_split(bootstrap: str, topic: str, n: int, after_build=None) -> None:
+    """Where one daemon loop's wall time goes, per record, with no timers in the loop: the
+    main thread's wall time as its time on a CPU, its time runnable but waiting for one (other
+    processes on the cores), and the rest, blocked (waiting for the GIL, a lock, or the
+    network: a fetch, the commit's round trips); the cyclic collector's share; and the CPU
+    of the daemon's other threads (kafka-python's IO threads), which hold the GIL for most of
+    theirs. Linux only (``/proc/<pid>/task/<tid>/schedstat``)."""
+    import gc
+    import threading
+
+    main_tid = threading.get_native_id()
+    collections_: dict[int, list[float]] = {}
+    gc_started = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        else:
+            spent = collections_.setdefault(info["generation"], [0, 0.0])
+            spent[0] += 1
+            spent[1] += time.perf_counter() - gc_started[0]
+
+    moments: dict[str, tuple] = {}
+
+    def probe(moment: str) -> None:
+        if moment == "start":
+            gc.callbacks.append(on_gc)
+        else:
+            gc.callbacks.remove(on_gc)
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        moments[moment] = (time.perf_counter_ns(), _thread_times(), names)
+
+    import streamnb.daemon.commit as commit_module
+
+    committing = [0, 0, 0, 0]  # wall, run, wait ns; commits
+    checkpoint = commit_module.Committer.checkpoint
+
+    def timed_checkpoint(self, why):  # one call a commit: no timer in the per-record path
+        wall0, (run0, wait0) = time.perf_counter_ns(), _thread_times()[main_tid]
+        try:
+            return checkpoint(self, why)
+        finally:
+            run1, wait1 = _thread_times()[main_tid]
+            committing[0] += time.perf_counter_ns() - wall0
+            committing[1] += run1 - run0
+            committing[2] += wait1 - wait0
+            committing[3] += 1
+
+    commit_module.Committer.checkpoint = timed_checkpoint
+    try:
+        wall = daemon_loop(bootstrap, topic, n, after_build=after_build, probe=probe)
+    finally:
+        commit_module.Committer.checkpoint = checkpoint
+    (t0, start, _), (t1, end, names) = moments["start"], moments["end"]
+    us = 1e3 * n  # ns per record -> us
+
+    run = (end[main_tid][0] - start[main_tid][0]) / us
+    queued = (end[main_tid][1] - start[main_tid][1]) / us
+    total = (t1 - t0) / us
+    gc_us = sum(s for _, s in collections_.values()) * 1e6 / n
+    print(f"where one daemon loop's wall time goes, {n} records, {wall:.2f} s (a fresh "
+          f"process, no timers in the loop), per record, load {os.getloadavg()[0]:.1f}:")
+    print(f"  main thread: wall {total:.1f} us = on a CPU {run:.1f} + waiting for a CPU "
+          f"{queued:.1f} + blocked (GIL, locks, network) {total - run - queued:.1f}")
+    c_wall, c_run, c_wait = (x / us for x in committing[:3])
+    print(f"  of which in the {committing[3]} commit(s): wall {c_wall:.1f} us = on a CPU "
+          f"{c_run:.1f} + waiting for a CPU {c_wait:.1f} + blocked {c_wall - c_run - c_wait:.1f}")
+    print(f"  the cyclic collector (in the main thread's time): {gc_us:.1f} us; collections "
+          + ", ".join(f"generation {g}: {c} in {s * 1e3:.0f} ms"
+                      for g, (c, s) in sorted(collections_.items())))
+    others = sorted(((end[tid][0] - start.get(tid, (0, 0))[0]) / us, names.get(tid, str(tid)))
+                    for tid in end if tid != main_tid)
+    print("  other threads on a CPU: " + ", ".join(f"{name} {cpu:.1f} us"
+                                                   for cpu, name in reversed(others)
+                                                   if cpu >= 0.05))
 
 
 def breakdown(bootstrap: str, topic: str, n: int) -> None:
@@ -545,7 +666,7 @@ def memory(bootstrap: str, topic: str, n: int) -> None:
 
 
 def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300,
-             repo: Path = REPO) -> tuple[float, float]:
+             repo: Path = REPO, kafka_setting: str = "") -> tuple[float, float]:
     """Run one measurement in a fresh process (isolated memory, and a kafka-python stall
     cannot hang the benchmark); retried once if it stalls. Returns (wall, CPU) seconds; the
     CPU is the measured process's own (the daemon's producer child is not in it).
@@ -558,7 +679,7 @@ def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300
             out = subprocess.run(
                 [sys.executable, "-m", *module, topic, str(n), "--bootstrap", bootstrap],
                 cwd=repo, capture_output=True, text=True, timeout=timeout, check=True,
-                env={**os.environ, "PYTHONPATH": str(repo)},
+                env={**os.environ, "PYTHONPATH": str(repo), KAFKA_SETTING_ENV: kafka_setting},
             ).stdout
             wall, cpu = out.strip().splitlines()[-1].split()
             return float(wall), float(cpu)
@@ -713,6 +834,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--streams", default="sms,spamassassin")
     parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--sms-copies", type=int, default=1,
+                        help="the SMS stream of the throughput rounds this many times over, "
+                             "under new ids (a loop long enough for several commits)")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--latency-streams", default="sms,spamassassin",
                         help="the streams produced at --rate for the latency measurement")
@@ -733,6 +857,14 @@ def main() -> int:
                         help="also time, in the same throughput rounds, the daemon of another "
                              "checkout of streamnb (its own bench/bench_daemon.py --child), e.g. "
                              "the code before a change: `git worktree add /tmp/base main`")
+    parser.add_argument("--wall-split", action="store_true",
+                        help="also print, for one daemon loop in a fresh process without timers, "
+                             "the main thread's wall time as on a CPU / waiting for a CPU / "
+                             "blocked, the cyclic collector's share and the other threads' CPU")
+    parser.add_argument("--kafka-setting", action="append", default=[], metavar="LINE",
+                        help="also time, in the same throughput rounds, the daemon with this "
+                             "line in its [kafka] table (e.g. 'max_poll_records = 2000'); "
+                             "repeatable, one contender each")
     parser.add_argument("--floor", action="store_true",
                         help="also print the CPU per record of the stages every daemon on these "
                              "parts must run, and the best ratio two cores allow")
@@ -741,7 +873,15 @@ def main() -> int:
     if args.child:
         what, topic, n = args.child
         cpu_started = time.process_time()
-        wall = daemon_loop(args.bootstrap, topic, int(n), prepare_process=what == "prepare")
+        import streamnb.daemon.loop as run_module
+
+        # What `streamnb run` does once its daemon is built (a checkout without it: nothing).
+        started_up = getattr(run_module, "freeze_start_up_heap", None)
+        if what == "wall-split":
+            wall_split(args.bootstrap, topic, int(n), after_build=started_up)
+            return 0
+        wall = daemon_loop(args.bootstrap, topic, int(n), prepare_process=what == "prepare",
+                           after_build=started_up)
         print(wall, time.process_time() - cpu_started)
         return 0
 
@@ -753,16 +893,20 @@ def main() -> int:
           f"kafka-python's CRC-32C check: {crc}")
     topics = {}
     for name in filter(None, args.streams.split(",")):
-        values = STREAMS[name]()
+        values = sms_values(copies=args.sms_copies) if name == "sms" else STREAMS[name]()
         topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
         create_topics(args.bootstrap, {topic: 1, f"{topic}-out": 1, f"{topic}-dlq": 1})
         produce(args.bootstrap, topic, ((k, v) for k, v, _ in values))
         print(f"  {name}: {len(values)} records in {topic}", file=sys.stderr, flush=True)
         topics[name] = (topic, len(values))
         bare, loop, prepared, baseline = [], [], [], []
+        tuned: dict[str, list] = {line: [] for line in args.kafka_setting}
         for round_ in range(args.rounds):
             bare.append(in_child("bare", args.bootstrap, topic, len(values)))
             loop.append(in_child("daemon", args.bootstrap, topic, len(values)))
+            for line, times in tuned.items():
+                times.append(in_child("daemon", args.bootstrap, topic, len(values),
+                                      kafka_setting=line))
             if args.prepare_process:
                 prepared.append(in_child("prepare", args.bootstrap, topic, len(values)))
             if args.baseline:
@@ -783,6 +927,10 @@ def main() -> int:
             o = statistics.median(w for w, _ in baseline)
             print(f"  baseline daemon ({args.baseline}): {n / o:,.0f} msg/s, ratio {b / o:.3f}"
                   "  [rounds: " + ", ".join(f"{n / t:,.0f}" for t, _ in baseline) + "]")
+        for line, times in tuned.items():
+            t = statistics.median(w for w, _ in times)
+            print(f"  with [kafka] {line}: daemon {n / t:,.0f} msg/s, ratio {b / t:.3f}  [rounds: "
+                  + ", ".join(f"{n / w:,.0f}" for w, _ in times) + "]")
         if prepared:
             p = statistics.median(w for w, _ in prepared)
             print(f"  with pipeline.prepare_process = true: daemon {n / p:,.0f} msg/s, "
@@ -790,6 +938,12 @@ def main() -> int:
                   + ", ".join(f"{n / t:,.0f}" for t, _ in prepared) + "]")
         if args.breakdown:
             breakdown(args.bootstrap, topic, n)
+        if args.wall_split:
+            print(subprocess.run(
+                [sys.executable, "-m", "bench.bench_daemon", "--child", "wall-split", topic,
+                 str(n), "--bootstrap", args.bootstrap], cwd=REPO, capture_output=True,
+                text=True, timeout=300, check=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+            ).stdout.rstrip())
         if args.floor:
             floor(args.bootstrap, topic, values, max(args.rounds, 3), b / n * 1e6,
                   statistics.median(c for _, c in bare) / n * 1e6, n / d)

@@ -118,6 +118,9 @@ def _logit_bin(p: float) -> int:
     return round(z / _LOGIT_BIN_WIDTH)
 
 
+_LOW_BIN, _HIGH_BIN = _logit_bin(0.0), _logit_bin(1.0)
+
+
 class _ScoreHistogram:
     """Counts of scores per logit bin for negatives and positives: an ROC AUC in bounded memory.
 
@@ -145,6 +148,37 @@ class _ScoreHistogram:
         else:
             counts[0] += n
             self.n_neg += n
+
+    def update_many(self, label: str, batch: Iterable[tuple[str, str | None, dict]]) -> None:
+        """:meth:`update` once for each ``(y_true, y_pred, scores)`` of ``batch``, as the
+        histogram of class ``label`` (positive: ``y_true == label``; the score:
+        ``scores.get(label, 0.0)``), with :func:`_logit_bin` inlined and nothing allocated:
+        the two calls per score were a third of the fold's time."""
+        bins = self.bins
+        log, log1p = math.log, math.log1p
+        clip, width, low, high = _LOGIT_CLIP, _LOGIT_BIN_WIDTH, _LOW_BIN, _HIGH_BIN
+        n = positives = 0
+        for y_true, _, scores in batch:
+            p = scores.get(label, 0.0)
+            if p <= 0.0:
+                b = low
+            elif p >= 1.0:
+                b = high
+            else:
+                z = log(p) - log1p(-p)
+                # beyond the clip, or NaN (which _logit_bin clips high): an end bin
+                b = round(z / width) if -clip <= z <= clip else low if z < -clip else high
+            counts = bins.get(b)
+            if counts is None:
+                counts = bins[b] = [0, 0]
+            if y_true == label:
+                counts[1] += 1
+                positives += 1
+            else:
+                counts[0] += 1
+            n += 1
+        self.n_pos += positives
+        self.n_neg += n - positives
 
     def auc(self) -> float:
         """P(score of a positive > score of a negative) + ½ P(tie); NaN without both kinds."""
@@ -655,8 +689,7 @@ class Metrics:
         losses = [_cross_entropy(yt, scores) for yt, _, scores in batch]
         life.log_loss._mean.update(x=math.fsum(losses) / len(losses), w=len(losses))
         for c, hist in life.auc.items():
-            for yt, _, scores in batch:
-                hist.update(c == yt, scores.get(c, 0.0))
+            hist.update_many(c, batch)
         self._auc_n += len(batch)
 
         if new_classes or len(batch) * 4 >= self.window:

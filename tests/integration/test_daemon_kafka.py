@@ -8,6 +8,7 @@ from collections import Counter
 
 import orjson
 import pytest
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from streamnb.codec import Message
 from streamnb.daemon.kafka_io import create_topics, produce, read_all
@@ -102,6 +103,33 @@ def test_sms_end_to_end_one_prediction_per_unlabelled_id(
     accuracy = correct / len(unlabelled)
     assert accuracy >= 0.95, f"accuracy on the unlabelled messages {accuracy:.4f}"
     assert read_all(kafka_bootstrap, f"{topic_prefix}-dlq", until=lambda r: False, timeout=1) == []
+
+
+def test_predictions_land_in_the_output_partition_of_their_key(
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir
+):
+    """With a multi-partition output topic each prediction goes to the partition the Java
+    client's (and kafka-python's) default partitioner gives its key: murmur2 of the id, modulo
+    the partition count, so consumers partitioned by message id keep finding them."""
+    rows = sms(data_dir)[:400]
+    create_topics(kafka_bootstrap, {f"{topic_prefix}-in": 1, f"{topic_prefix}-out": 5,
+                                    f"{topic_prefix}-dlq": 1})
+    daemon = DaemonProcess(write_config(tmp_path, kafka_bootstrap, topic_prefix),
+                           tmp_path / "daemon.log")
+    daemon.wait_assigned()
+    # ids of every length around the hash's 4-byte words
+    ids = [f"{msg_id}-{'x' * (n % 7)}" for n, (msg_id, _, _) in enumerate(rows)]
+    produce(kafka_bootstrap, f"{topic_prefix}-in",
+            ((i.encode(), value(i, text)) for i, (_, _, text) in zip(ids, rows, strict=True)))
+    wait_caught_up(kafka_bootstrap, topic_prefix, daemon)
+    assert daemon.terminate()[0] == 0
+
+    predictions = read_all(kafka_bootstrap, f"{topic_prefix}-out",
+                           until=lambda r: len(r) >= len(ids))
+    assert sorted(r.key.decode() for r in predictions) == sorted(ids)
+    for record in predictions:
+        assert record.partition == (kafka_python_murmur2(record.key) & 0x7FFFFFFF) % 5, record.key
+    assert len({r.partition for r in predictions}) == 5
 
 
 @pytest.mark.parametrize("prepare_process", [False, True], ids=["one-process", "prepare-process"])

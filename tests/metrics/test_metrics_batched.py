@@ -36,3 +36,30 @@ def test_a_batch_observation_equals_one_observation_each(xs):
         total_batch = batch.sample(name + "_sum")
         assert math.isclose(total_batch, total_one, rel_tol=1e-9, abs_tol=1e-9)
         assert batch.sample(name + "_count") == one.sample(name + "_count") == len(xs)
+
+
+# Scores at and around both clips of the logit scale, the ends, and anything in between.
+_CLIPPED = 1.0 / (1.0 + math.exp(40.0))
+scores_ = st.one_of(st.sampled_from([0.0, 1.0, -0.5, 1.5, math.nan, 0.5, _CLIPPED,
+                                     _CLIPPED * 0.999, _CLIPPED * 1.001, 1.0 - 1e-16,
+                                     1.0 - 2e-16, 5e-324]),
+                    st.floats(0.0, 1.0))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ham", "spam", "other"]), scores_), max_size=60))
+def test_a_score_histogram_fed_a_batch_equals_one_update_each(observations):
+    from streamnb.metrics import _ScoreHistogram
+
+    one, batch = _ScoreHistogram(), _ScoreHistogram()
+    for y_true, p in observations:
+        one.update(y_true == "spam", p)
+    batch.update_many("spam", [(y_true, None, {"spam": p}) for y_true, p in observations])
+    assert batch.bins == one.bins
+    assert (batch.n_pos, batch.n_neg) == (one.n_pos, one.n_neg)
+    # a class the model gave no probability is scored 0
+    absent, zero = _ScoreHistogram(), _ScoreHistogram()
+    absent.update_many("spam", [(y_true, None, {"ham": 1.0}) for y_true, _ in observations])
+    for y_true, _ in observations:
+        zero.update(y_true == "spam", 0.0)
+    assert absent.to_state() == zero.to_state()

@@ -1,0 +1,42 @@
+"""The daemon benchmark times what it says: the first batch's processing is inside the clock."""
+
+from __future__ import annotations
+
+import bench.bench_daemon as bench
+from streamnb.daemon.processor import RecordProcessor
+from tests.daemon.fakes import FakeIO, FakeKafka
+
+
+def test_the_daemons_clock_starts_before_its_first_batch_is_processed(monkeypatch):
+    values = bench.sms_values()[:1200]  # polls of 500 records
+    kafka = FakeKafka({"sms": 1, "sms-out": 1, "sms-dlq": 1})
+    for key, value, _ in values:
+        kafka.append("sms", value, key=key, partition=0)
+    build = bench.build_daemon
+
+    def build_on_the_fake(settings, metrics):
+        return build(settings, metrics=metrics, io_factory=lambda on_assigned, on_revoked:
+                     FakeIO(kafka, settings.kafka, on_assigned, on_revoked, batch=500))
+
+    events: list[str] = []
+    process = RecordProcessor.process
+
+    def noted(self, records, prepared=None):
+        events.append(f"process {len(records)}")
+        return process(self, records, prepared)
+
+    monkeypatch.setattr(bench, "build_daemon", build_on_the_fake)
+    monkeypatch.setattr(RecordProcessor, "process", noted)
+    seconds = bench.daemon_loop("127.0.0.1:1", "sms", len(values),
+                                after_build=lambda: events.append("built"),
+                                probe=events.append)
+    assert events == ["built", "start", "process 500", "process 500", "process 200", "end"]
+    assert seconds > 0
+
+
+def test_more_sms_copies_repeat_the_stream_under_new_ids():
+    one, three = bench.sms_values(), bench.sms_values(copies=3)
+    assert three[:len(one)] == one
+    assert len(three) == 3 * len(one)
+    assert len({key for key, _, _ in three}) == len(three)
+    assert [y for _, _, y in three[len(one):2 * len(one)]] == [y for _, _, y in one]
