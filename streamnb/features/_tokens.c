@@ -1405,7 +1405,46 @@ header_fields(PyObject *Py_UNUSED(module), PyObject *args)
     return fields;
 }
 
+/* ---- Han characters (tokenize._HAN_CHAR_RE) ---------------------------------------------- */
+
+static inline int
+is_han(Py_UCS4 c)
+{
+    return (c >= 0x3400 && c <= 0x4dbf) || (c >= 0x4e00 && c <= 0x9fff)
+           || (c >= 0xf900 && c <= 0xfaff) || (c >= 0x20000 && c <= 0x2ebef);
+}
+
+PyDoc_STRVAR(has_han_doc,
+"has_han(text) -> bool\n\n"
+"Whether ``text`` holds a Han character (``tokenize._HAN_CHAR_RE.search(text)``): one pass\n"
+"over its code points, none for a str of 1-byte characters.");
+
+static PyObject *
+has_han(PyObject *Py_UNUSED(module), PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "has_han() takes a str, not %.100s", Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    if (kind == PyUnicode_2BYTE_KIND) {
+        const Py_UCS2 *d = PyUnicode_2BYTE_DATA(text);
+        for (Py_ssize_t k = 0; k < n; k++)
+            if (d[k] >= 0x3400 && is_han(d[k]))
+                Py_RETURN_TRUE;
+    }
+    else if (kind == PyUnicode_4BYTE_KIND) {
+        const Py_UCS4 *d = PyUnicode_4BYTE_DATA(text);
+        for (Py_ssize_t k = 0; k < n; k++)
+            if (d[k] >= 0x3400 && is_han(d[k]))
+                Py_RETURN_TRUE;
+    }
+    Py_RETURN_FALSE; /* 1-byte characters: all below U+0100 */
+}
+
 static PyMethodDef module_methods[] = {
+    {"has_han", (PyCFunction)has_han, METH_O, has_han_doc},
     {"url_hosts", (PyCFunction)url_hosts, METH_O, url_hosts_doc},
     {"unfold_headers", (PyCFunction)unfold_headers, METH_VARARGS, unfold_headers_doc},
     {"header_layout", (PyCFunction)header_layout, METH_VARARGS, header_layout_doc},

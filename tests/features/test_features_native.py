@@ -129,6 +129,28 @@ def test_every_token_option_set_of_the_digests_counts_the_same(text):
         assert native.count(text) == python.count(text)
 
 
+@settings(max_examples=500, deadline=None)
+@given(text=texts)
+@example(text="\u33ff\u3400\u4dbf\u4dc0\u4dff\u4e00\u9fff\ua000")
+@example(text="\uf8ff\uf900\ufaff\ufb00\U0001ffff\U00020000\U0002ebef\U0002ebf0")
+@example(text="é" * 100 + "中")  # a 2-byte str with its only Han character last
+def test_has_han_equals_the_han_regex(text):
+    assert _tokens.has_han(text) == tokenize_module.has_han(text)
+    for char in set(text):  # each character alone, at the edges of the ranges too
+        assert _tokens.has_han(char) == tokenize_module.has_han(char)
+
+
+def test_has_han_agrees_with_the_regex_on_every_code_point():
+    chars = "".join(map(chr, range(0x110000)))
+    found = [i for i in range(0x110000) if tokenize_module._HAN_CHAR_RE.match(chars, i)]
+    assert [i for i in range(0x110000) if _tokens.has_han(chars[i])] == found
+    # and lower-casing makes or removes none, so the raw text answers for the prepared one
+    han = tokenize_module.has_han
+    assert not [c for c in chars if han(c) != han(c.lower())]
+    with pytest.raises(TypeError, match="str"):
+        _tokens.has_han(b"\xe4\xb8\xad")
+
+
 url_texts = st.lists(
     st.one_of(
         st.sampled_from(["http", "HTTPS", "ftp", "hTtP", "://", "www.", "WWW.", "Www.", "@",
