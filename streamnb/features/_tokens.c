@@ -589,17 +589,56 @@ is_scheme_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t k) /* "://" a
            && PyUnicode_READ(kind, data, k + 1) == '/' && PyUnicode_READ(kind, data, k + 2) == '/';
 }
 
+/* The first k >= from with "://" at k, or n. A str of 1-byte characters (nearly all mail) is
+ * searched with memchr for the colons, the others a character at a time. */
+static inline __attribute__((always_inline)) Py_ssize_t
+next_scheme_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t from)
+{
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *d = data;
+        for (Py_ssize_t k = from; k + 3 <= n; k++) {
+            const Py_UCS1 *colon = memchr(d + k, ':', (size_t)(n - 2 - k));
+            if (colon == NULL)
+                break;
+            k = colon - d;
+            if (d[k + 1] == '/' && d[k + 2] == '/')
+                return k;
+        }
+        return n;
+    }
+    while (from < n && !is_scheme_end(kind, data, n, from))
+        from++;
+    return from;
+}
+
+/* The first k >= from with "www." or "WWW." at k, or n (memchr for the dots, as above). */
+static inline __attribute__((always_inline)) Py_ssize_t
+next_www(int kind, const void *data, Py_ssize_t n, Py_ssize_t from)
+{
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *d = data;
+        for (Py_ssize_t k = from + 3; k < n; k++) { /* k: where the dot would be */
+            const Py_UCS1 *dot = memchr(d + k, '.', (size_t)(n - k));
+            if (dot == NULL)
+                break;
+            k = dot - d;
+            if (is_www(kind, data, n, k - 3))
+                return k - 3;
+        }
+        return n;
+    }
+    while (from < n && !is_www(kind, data, n, from))
+        from++;
+    return from;
+}
+
 static inline __attribute__((always_inline)) int
 find_hosts(PyObject *hosts, int kind, const void *data, Py_ssize_t n)
 {
     /* "scheme://[userinfo@]host": each URL looked at between its marker and the next one */
-    Py_ssize_t start = 0, at = 0;
-    while (at < n && !is_scheme_end(kind, data, n, at))
-        at++;
+    Py_ssize_t start = 0, at = next_scheme_end(kind, data, n, 0);
     while (at < n) {
-        Py_ssize_t after = at + 3, following = after;
-        while (following < n && !is_scheme_end(kind, data, n, following))
-            following++;
+        Py_ssize_t after = at + 3, following = next_scheme_end(kind, data, n, after);
         Py_ssize_t end = following, from = at - 5 > start ? at - 5 : start;
         if (ends_with_scheme(kind, data, from, at, "http")
             || ends_with_scheme(kind, data, from, at, "https")
@@ -623,13 +662,9 @@ find_hosts(PyObject *hosts, int kind, const void *data, Py_ssize_t n)
     }
     /* bare "www." (or "WWW."), not inside a word, a path or an address */
     start = 0;
-    at = 0;
-    while (at < n && !is_www(kind, data, n, at))
-        at++;
+    at = next_www(kind, data, n, 0);
     while (at < n) {
-        Py_ssize_t after = at + 4, following = after;
-        while (following < n && !is_www(kind, data, n, following))
-            following++;
+        Py_ssize_t after = at + 4, following = next_www(kind, data, n, after);
         int free_standing = at == start;
         if (!free_standing) {
             Py_UCS4 before = PyUnicode_READ(kind, data, at - 1);

@@ -166,7 +166,19 @@ url_texts = st.lists(
 @given(text=url_texts)
 @example(text="see http://" + "u" * 64 + "@host.example.com/ and http://" + "u" * 65 + "@x.org")
 @example(text="xhttp://a.b ftp://@c.d http://e@/f.g www.h.i.www.j.k awww.l.m -www.n.o")
+@example(text="ww.www.WWW.wWw.www.x.y http:/:/http://a.b::// www.")  # markers side by side
+@example(text="http://a.b/" + "x: " * 500 + "www.c.d ... www" + ".")  # many colons and dots
+@example(text="é http://a.b www.c.d :// www.")  # the same rules on a str of 1-byte characters
+@example(text="中 http://a.b www.c.d :// www.")  # and of 2-byte ones
 def test_url_hosts_equal_the_python_function(text):
+    assert _tokens.url_hosts(text) == tokenize_module.url_hosts(text)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(":/.wWhtpf@a-_ é中"), max_size=60))
+def test_url_hosts_equal_the_python_function_on_texts_dense_with_markers(text):
+    # colons, slashes, dots and w's next to each other and at the ends: where the C search
+    # for the markers (memchr over a str of 1-byte characters) could go one off
     assert _tokens.url_hosts(text) == tokenize_module.url_hosts(text)
 
 
