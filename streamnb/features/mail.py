@@ -265,7 +265,7 @@ def read_mail(
     if b"\r" in raw:
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     defects: list[str] = []
-    header_block, body = _split_entity(raw, defects)
+    header_block, body = _split_entity(raw, defects, c)
     headers = _parse_headers(header_block, _wanted_headers(options.header_fields), c)
     # 8-bit text with no (usable) charset of its own is read with one the message declares
     # elsewhere: in an encoded word of a header, or in a Content-Type.
@@ -349,20 +349,27 @@ def _wanted_headers(header_fields: tuple[str, ...]) -> _Fields:
 _MIME_FIELDS = _header_re(_MIME_HEADERS)
 
 
-def _split_entity(data: bytes, defects: list[str]) -> tuple[bytes, bytes]:
+def _header_lines_end(data: bytes, pos: int, c) -> int:
+    """Where the run of header lines from ``pos`` ends (``c``: the C extension, or None)."""
+    if c is not None:
+        return c.header_lines_end(data, pos)
+    return _HEADER_LINES_RE.match(data, pos).end()
+
+
+def _split_entity(data: bytes, defects: list[str], c=None) -> tuple[bytes, bytes]:
     """(header block, body) of an entity, as mail software draws the line (RFC 5322 2.1).
 
     The header block ends at the first line that is neither a header field nor a continuation
     line; an empty line there is the separator and is dropped, any other line starts the body
     (the standard library's ``MissingHeaderBodySeparatorDefect``). Irregular forms are noted
-    in ``defects``.
+    in ``defects``. ``c``: the C extension for the header-line scan, or None.
     """
     if data.startswith(b"\n"):
         return b"", data[1:]
-    end = _HEADER_LINES_RE.match(data).end()
+    end = _header_lines_end(data, 0, c)
     if end and data.startswith(b"\n", end) and data[0] not in b" \t":  # nearly all mail
         return data[: end - 1], data[end + 1 :]
-    end, glued = _glue_split_encoded_words(data, end)
+    end, glued = _glue_split_encoded_words(data, end, c)
     if glued:
         _note(defects, "encoded_word_split_across_lines")
         starts, ends = (0, *glued), (*(g - 1 for g in glued), None)  # each newline left out
@@ -371,7 +378,7 @@ def _split_entity(data: bytes, defects: list[str]) -> tuple[bytes, bytes]:
     return _split_irregular(data, end, defects)
 
 
-def _glue_split_encoded_words(data: bytes, end: int) -> tuple[int, list[int]]:
+def _glue_split_encoded_words(data: bytes, end: int, c=None) -> tuple[int, list[int]]:
     """Header lines that go on past lines holding only the rest of an encoded word.
 
     Some mailers (and corpus tools) folded a long encoded word without the white space that
@@ -388,7 +395,7 @@ def _glue_split_encoded_words(data: bytes, end: int) -> tuple[int, list[int]]:
         if not tail:
             break
         glued.append(end)
-        end = _HEADER_LINES_RE.match(data, data.find(b"\n", end) + 1 or len(data)).end()
+        end = _header_lines_end(data, data.find(b"\n", end) + 1 or len(data), c)
     return end, glued
 
 
@@ -618,7 +625,7 @@ def _read_entities(
                     children = children[: max(room, 0)]
                 child_type = "message/rfc822" if ctype == "multipart/digest" else "text/plain"
                 for child in reversed(children):
-                    child_headers, child_body = _split_entity(child, defects)
+                    child_headers, child_body = _split_entity(child, defects, c)
                     stack.append(
                         (_parse_headers(child_headers, _MIME_FIELDS, c), child_body, depth + 1,
                          child_type)
@@ -631,7 +638,7 @@ def _read_entities(
             if depth >= options.max_depth:
                 budget.exceeded("max_depth")
                 continue
-            inner_headers, inner_body = _split_entity(body, defects)
+            inner_headers, inner_body = _split_entity(body, defects, c)
             inner = _parse_headers(inner_headers, _MIME_FIELDS, c)
             stack.append((inner, inner_body, depth + 1, "text/plain"))
             continue

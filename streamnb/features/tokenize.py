@@ -367,8 +367,15 @@ class Tokenizer:
                 money = [_DIGIT_RE.sub("0", m) for m in money]
             counts.update(money)
         if urls and options.url_tokens:
-            counts.update(url_tokens(self.url_hosts(text)))
+            self.count_url_tokens(text, counts)
         return counts, n_words
+
+    def count_url_tokens(self, text: str, counts: Counter[str]) -> None:
+        """``counts.update(url_tokens(url_hosts(text)))``, in one call into C when it can."""
+        if self._native is not None:
+            _native_path._tokens.count_url_tokens(text, counts, SECOND_LEVEL_LABELS)
+        else:
+            counts.update(url_tokens(url_hosts(text)))
 
     def _count_in_order(
         self, text: str, max_tokens: int | None, on_cut: Callable[[], None] | None

@@ -185,6 +185,37 @@ def test_url_hosts_equal_the_python_function_on_texts_dense_with_markers(text):
     assert _tokens.url_hosts(text) == tokenize_module.url_hosts(text)
 
 
+url_token_texts = st.lists(
+    st.sampled_from(["http://", "https://u@", "www.", "WWW.", "ftp://", "a", "Shop", "-", ".",
+                     "co", "uk", "com", "cn", "10", "1", "255", "1234", "x.co.uk", "b.com.cn",
+                     "192.168.0.1", "1.2.3", "1.2.3.4.5", " ", "/", "é", "中"]),
+    max_size=30,
+).map("".join)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=st.one_of(url_token_texts, url_texts))
+@example(text="http://10.0.0.1 http://1.2.3.4.5 http://1234.1.1.1 www.a.b.co.uk http://c.co.uk")
+def test_url_tokens_are_counted_as_the_python_tokens(text):
+    counts = {"url:ip": 2, "other": 1}  # added to, like the message's other tokens
+    _tokens.count_url_tokens(text, counts, mail.SECOND_LEVEL_LABELS)
+    expected = Counter({"url:ip": 2, "other": 1})
+    expected.update(tokenize_module.url_tokens(tokenize_module.url_hosts(text)))
+    assert counts == expected
+    assert list(counts) == list(expected)  # the same insertion order as Counter.update
+    native, python = pair()
+    assert native.count(text) == python.count(text)  # the tokenizer's own URL tokens
+
+
+def test_count_url_tokens_refuses_bad_arguments():
+    with pytest.raises(TypeError):
+        _tokens.count_url_tokens(b"http://a.b", {}, mail.SECOND_LEVEL_LABELS)
+    with pytest.raises(TypeError):
+        _tokens.count_url_tokens("http://a.b", [], mail.SECOND_LEVEL_LABELS)
+    with pytest.raises(TypeError):  # the labels are looked up in it
+        _tokens.count_url_tokens("http://a.b.co.uk", {}, None)
+
+
 header_values = st.lists(
     st.sampled_from(["a", "Re:", " ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "x y",
                      "=?", "\x00", "\x7f", ":"]),
@@ -222,6 +253,41 @@ header_blocks = st.lists(
     ),
     max_size=60,
 ).map(b"".join)
+
+
+entity_starts = st.lists(
+    st.one_of(
+        st.sampled_from([b"From ", b"From", b"From: a", b"http://x", b"a: //b", b"a://", b"a:/",
+                         b"X :", b"<html>:", b"/etc/x:", b"\n", b"\n\n", b" ", b"\t", b":",
+                         b"a", b"X-Copyright(C)", b">Received", b"\xe9", b"\x00", b"\r"]),
+        st.binary(max_size=4),
+    ),
+    max_size=25,
+).map(b"".join)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(data=st.one_of(header_blocks, entity_starts, st.binary(max_size=80)),
+       pos=st.integers(-2, 90))
+@example(data=b"From x\nA: b\n c\nB :\n\nbody", pos=0)
+@example(data=b"A:/", pos=0)
+@example(data=b"A://", pos=0)
+@example(data=b"From ", pos=0)
+def test_the_header_lines_end_where_the_regex_says(data, pos):
+    start = min(max(pos, 0), len(data))
+    assert _tokens.header_lines_end(data, pos) == mail._HEADER_LINES_RE.match(data, start).end()
+    if pos == 0:
+        assert _tokens.header_lines_end(data) == mail._HEADER_LINES_RE.match(data).end()
+        defects_c: list[str] = []
+        defects_python: list[str] = []
+        assert (mail._split_entity(data, defects_c, _tokens)
+                == mail._split_entity(data, defects_python, None))
+        assert defects_c == defects_python
+
+
+def test_header_lines_end_refuses_what_is_not_bytes():
+    with pytest.raises(TypeError):
+        _tokens.header_lines_end("From: a\n")
 
 
 def layout_in_python(block, shortest, longest, shapes, counts=None):
