@@ -1560,6 +1560,59 @@ header_lines_end(PyObject *Py_UNUSED(module), PyObject *args)
     return PyLong_FromSsize_t(i);
 }
 
+/* ---- the first value of a few fields (mail._read_entities' MIME fields) ------------------ */
+
+PyDoc_STRVAR(first_values_doc,
+"first_values(fields, names) -> tuple\n\n"
+"For each name of the tuple ``names``, the value of the first (name, value) pair of the list\n"
+"``fields`` whose name equals it, or None: one pass for all the names.");
+
+static PyObject *
+first_values(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *fields, *names;
+    if (!PyArg_ParseTuple(args, "O!O!:first_values", &PyList_Type, &fields, &PyTuple_Type,
+                          &names))
+        return NULL;
+    Py_ssize_t n_names = PyTuple_GET_SIZE(names), missing = n_names;
+    PyObject *found = PyTuple_New(n_names);
+    if (found == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(fields) && missing; k++) {
+        PyObject *field = PyList_GET_ITEM(fields, k);
+        if (!PyTuple_Check(field) || PyTuple_GET_SIZE(field) != 2) {
+            Py_DECREF(found);
+            PyErr_SetString(PyExc_TypeError, "first_values: fields are (name, value) pairs");
+            return NULL;
+        }
+        Py_INCREF(field); /* a comparison below may run code that changes ``fields`` */
+        PyObject *name = PyTuple_GET_ITEM(field, 0);
+        for (Py_ssize_t j = 0; j < n_names; j++) {
+            if (PyTuple_GET_ITEM(found, j) != NULL)
+                continue;
+            int equal = PyObject_RichCompareBool(name, PyTuple_GET_ITEM(names, j), Py_EQ);
+            if (equal < 0) {
+                Py_DECREF(field);
+                Py_DECREF(found);
+                return NULL;
+            }
+            if (equal) {
+                PyObject *value = PyTuple_GET_ITEM(field, 1);
+                Py_INCREF(value);
+                PyTuple_SET_ITEM(found, j, value);
+                missing--;
+            }
+        }
+        Py_DECREF(field);
+    }
+    for (Py_ssize_t j = 0; j < n_names; j++)
+        if (PyTuple_GET_ITEM(found, j) == NULL) {
+            Py_INCREF(Py_None);
+            PyTuple_SET_ITEM(found, j, Py_None);
+        }
+    return found;
+}
+
 /* ---- Han characters (tokenize._HAN_CHAR_RE) ---------------------------------------------- */
 
 static inline int
@@ -1600,6 +1653,7 @@ has_han(PyObject *Py_UNUSED(module), PyObject *text)
 
 static PyMethodDef module_methods[] = {
     {"has_han", (PyCFunction)has_han, METH_O, has_han_doc},
+    {"first_values", (PyCFunction)first_values, METH_VARARGS, first_values_doc},
     {"count_url_tokens", (PyCFunction)count_url_tokens, METH_VARARGS, count_url_tokens_doc},
     {"header_lines_end", (PyCFunction)header_lines_end, METH_VARARGS, header_lines_end_doc},
     {"url_hosts", (PyCFunction)url_hosts, METH_O, url_hosts_doc},

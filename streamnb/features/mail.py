@@ -514,7 +514,26 @@ def _b64decode(data: bytes) -> bytes:
 
 
 def _content_type(value: str) -> tuple[str, dict[str, str]]:
-    """'type/subtype' (lower case, 'text/plain' if unusable) and parameters of a header value."""
+    """'type/subtype' (lower case, 'text/plain' if unusable) and parameters of a header value.
+
+    The parameters are shared between the mails with the same value: read them, never change
+    them. A stream's mail carries a few hundred distinct short values ("text/plain;
+    charset=us-ascii"), each parsed once; long ones (a hostile stream) are not kept.
+    """
+    if len(value) <= _CACHED_CONTENT_TYPE_CHARS:
+        return _cached_content_type(value)
+    return _parse_content_type(value)
+
+
+_CACHED_CONTENT_TYPE_CHARS = 200
+
+
+@lru_cache(maxsize=4096)
+def _cached_content_type(value: str) -> tuple[str, dict[str, str]]:
+    return _parse_content_type(value)
+
+
+def _parse_content_type(value: str) -> tuple[str, dict[str, str]]:
     head, _, rest = value.partition(";")
     ctype = head.strip().lower()
     if "/" not in ctype:
@@ -547,11 +566,18 @@ def _percent_decode(text: str, charset: str) -> str:
     return decode_text(unquote_to_bytes(text), charset or "utf-8")
 
 
-def _header_value(headers: list[tuple[str, bytes]], name: str) -> str:
-    for n, v in headers:
-        if n == name:
-            return decode_header(v)
-    return ""
+def _first_values(
+    headers: list[tuple[str, bytes]], names: tuple[str, ...], c
+) -> tuple[bytes | None, ...]:
+    """The raw value of the first field of each of ``names`` in ``headers`` (None if absent),
+    in one pass (``c``: the C extension, or None)."""
+    if c is not None:
+        return c.first_values(headers, names)
+    found: dict[str, bytes] = {}
+    for name, value in headers:
+        if name in names and name not in found:
+            found[name] = value
+    return tuple(found.get(name) for name in names)
 
 
 def _unfold(value: bytes) -> str:
@@ -598,7 +624,8 @@ def _read_entities(
         if mail.n_parts and budget.out_of_time():
             return
         mail.n_parts += 1
-        declared_type = _header_value(headers, "content-type")
+        raw_type, raw_encoding, raw_disposition = _first_values(headers, _MIME_HEADERS, c)
+        declared_type = decode_header(raw_type) if raw_type is not None else ""
         ctype, params = _content_type(declared_type or implied_type)
         if declared_type and "/" not in declared_type.partition(";")[0]:
             _note(defects, "invalid_content_type")  # read as text/plain, as RFC 2045 says
@@ -643,10 +670,10 @@ def _read_entities(
             stack.append((inner, inner_body, depth + 1, "text/plain"))
             continue
         disposition, disposition_params = _content_type(
-            _header_value(headers, "content-disposition") or "x/inline"
+            (decode_header(raw_disposition) if raw_disposition is not None else "") or "x/inline"
         )
         filename = disposition_params.get("filename") or params.get("name")
-        encoding = _header_value(headers, "content-transfer-encoding").lower()
+        encoding = decode_header(raw_encoding).lower() if raw_encoding is not None else ""
         if encoding not in _TRANSFER_ENCODINGS:
             _note(defects, "unknown_transfer_encoding")  # the body is read as it is
         is_text = maintype == "text" and not (disposition == "attachment" and filename)

@@ -285,6 +285,33 @@ def test_the_header_lines_end_where_the_regex_says(data, pos):
         assert defects_c == defects_python
 
 
+@settings(max_examples=1000, deadline=None)
+@given(fields=st.lists(st.tuples(st.sampled_from(["content-type", "content-disposition",
+                                                  "content-transfer-encoding", "subject", "to",
+                                                  "Content-Type", ""]),
+                                 st.binary(max_size=5)), max_size=12),
+       names=st.sampled_from([mail._MIME_HEADERS, ("subject",), ("to", "to"), ()]))
+def test_first_values_are_the_first_value_of_each_name(fields, names):
+    expected = tuple(next((v for n, v in fields if n == name), None) for name in names)
+    assert _tokens.first_values(fields, names) == expected
+    assert mail._first_values(fields, names, None) == expected
+
+
+def test_first_values_refuses_what_is_not_a_list_of_pairs():
+    for fields in ([("content-type",)], [["content-type", b"x"]], (("a", b"x"),)):
+        with pytest.raises(TypeError):
+            _tokens.first_values(fields, mail._MIME_HEADERS)
+
+
+def test_content_types_are_parsed_once_and_long_ones_not_kept():
+    value = 'text/plain; charset="iso-8859-1"; format=flowed'
+    assert mail._content_type(value) is mail._content_type(value)  # cached
+    assert mail._content_type(value) == mail._parse_content_type(value)
+    long_value = "text/html; name=" + "x" * 300
+    assert mail._content_type(long_value) == mail._parse_content_type(long_value)
+    assert mail._content_type(long_value) is not mail._content_type(long_value)
+
+
 def test_header_lines_end_refuses_what_is_not_bytes():
     with pytest.raises(TypeError):
         _tokens.header_lines_end("From: a\n")
