@@ -4,11 +4,11 @@ First the featurizer's own stages, each timed over the corpus: reading the mail,
 words, URL tokens, header tokens, header layout tokens, MIME tokens. Then, over the same
 messages (held in memory, already read once), only the calls into C the featurizer makes for
 the default tokens, with none of the Python around them: the word counts of the body and the
-header fields, the header layout tokens and the URL hosts (``streamnb.features._tokens``),
-HTML to text (selectolax), the header-field regex. Their sum is what the featurizer would cost
-if all its Python took no time. Last, the calls a pure-Python tokenizer of the same tokens
-must make (``str.split``/``re.findall`` and ``Counter``: one str object per token
-occurrence), the bound the C extension was written to get past. The standard-library peer's
+header fields, the header layout tokens, the URL tokens, the header fields' and the header
+lines' scans (``streamnb.features._tokens``), HTML to text (selectolax). Their sum is what the
+featurizer would cost if all its Python took no time. Last, the calls a pure-Python tokenizer
+of the same tokens must make (``str.split``/``re.findall`` and ``Counter``: one str object per
+token occurrence), the bound the C extension was written to get past. The standard-library peer's
 time over each sum bounds the ratio ``bench.bench_features`` can show. CPU time, best of
 ``--rounds`` passes.
 
@@ -34,7 +34,6 @@ from streamnb.features.featurizer import _mime_tokens  # noqa: E402
 from streamnb.features.html import html_to_text  # noqa: E402
 from streamnb.features.mail import SECOND_LEVEL_LABELS, Budget, _wanted_headers  # noqa: E402
 from streamnb.features.native import _tokens as native_module  # noqa: E402
-from streamnb.features.tokenize import url_tokens  # noqa: E402
 
 
 def best_of(rounds: int, fn: Callable[[object], object], items: list) -> float:
@@ -125,9 +124,16 @@ def main(argv: list[str] | None = None) -> None:
                 ),
                 [mail.header_block for mail in mails],
             ),
-            "URL hosts (_tokens.url_hosts)": (
-                lambda texts: [tokenizer.url_hosts(t) for t in texts],
+            "URL tokens (_tokens.count_url_tokens)": (
+                lambda texts: [
+                    native_module.count_url_tokens(t, Counter(), SECOND_LEVEL_LABELS)
+                    for t in texts
+                ],
                 markup,
+            ),
+            "header lines (_tokens.header_lines_end)": (
+                native_module.header_lines_end,
+                messages,
             ),
             "header block: field scan (_tokens.header_fields)": (
                 lambda block: native_module.header_fields(block, wanted.names),
@@ -150,8 +156,10 @@ def main(argv: list[str] | None = None) -> None:
         return counts
 
     def urls(mail):
-        find = tokenizer.url_hosts
-        return url_tokens(h for part in mail.parts for h in find(part.html or part.text))
+        counts: Counter[str] = Counter()
+        for part in mail.parts:  # as the featurizer does without meta-features
+            tokenizer.count_url_tokens(part.html or part.text, counts)
+        return counts
 
     stages = {
         "read the mail (read_mail)": (featurizer.read, messages),

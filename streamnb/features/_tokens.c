@@ -589,17 +589,56 @@ is_scheme_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t k) /* "://" a
            && PyUnicode_READ(kind, data, k + 1) == '/' && PyUnicode_READ(kind, data, k + 2) == '/';
 }
 
+/* The first k >= from with "://" at k, or n. A str of 1-byte characters (nearly all mail) is
+ * searched with memchr for the colons, the others a character at a time. */
+static inline __attribute__((always_inline)) Py_ssize_t
+next_scheme_end(int kind, const void *data, Py_ssize_t n, Py_ssize_t from)
+{
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *d = data;
+        for (Py_ssize_t k = from; k + 3 <= n; k++) {
+            const Py_UCS1 *colon = memchr(d + k, ':', (size_t)(n - 2 - k));
+            if (colon == NULL)
+                break;
+            k = colon - d;
+            if (d[k + 1] == '/' && d[k + 2] == '/')
+                return k;
+        }
+        return n;
+    }
+    while (from < n && !is_scheme_end(kind, data, n, from))
+        from++;
+    return from;
+}
+
+/* The first k >= from with "www." or "WWW." at k, or n (memchr for the dots, as above). */
+static inline __attribute__((always_inline)) Py_ssize_t
+next_www(int kind, const void *data, Py_ssize_t n, Py_ssize_t from)
+{
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *d = data;
+        for (Py_ssize_t k = from + 3; k < n; k++) { /* k: where the dot would be */
+            const Py_UCS1 *dot = memchr(d + k, '.', (size_t)(n - k));
+            if (dot == NULL)
+                break;
+            k = dot - d;
+            if (is_www(kind, data, n, k - 3))
+                return k - 3;
+        }
+        return n;
+    }
+    while (from < n && !is_www(kind, data, n, from))
+        from++;
+    return from;
+}
+
 static inline __attribute__((always_inline)) int
 find_hosts(PyObject *hosts, int kind, const void *data, Py_ssize_t n)
 {
     /* "scheme://[userinfo@]host": each URL looked at between its marker and the next one */
-    Py_ssize_t start = 0, at = 0;
-    while (at < n && !is_scheme_end(kind, data, n, at))
-        at++;
+    Py_ssize_t start = 0, at = next_scheme_end(kind, data, n, 0);
     while (at < n) {
-        Py_ssize_t after = at + 3, following = after;
-        while (following < n && !is_scheme_end(kind, data, n, following))
-            following++;
+        Py_ssize_t after = at + 3, following = next_scheme_end(kind, data, n, after);
         Py_ssize_t end = following, from = at - 5 > start ? at - 5 : start;
         if (ends_with_scheme(kind, data, from, at, "http")
             || ends_with_scheme(kind, data, from, at, "https")
@@ -623,13 +662,9 @@ find_hosts(PyObject *hosts, int kind, const void *data, Py_ssize_t n)
     }
     /* bare "www." (or "WWW."), not inside a word, a path or an address */
     start = 0;
-    at = 0;
-    while (at < n && !is_www(kind, data, n, at))
-        at++;
+    at = next_www(kind, data, n, 0);
     while (at < n) {
-        Py_ssize_t after = at + 4, following = after;
-        while (following < n && !is_www(kind, data, n, following))
-            following++;
+        Py_ssize_t after = at + 4, following = next_www(kind, data, n, after);
         int free_standing = at == start;
         if (!free_standing) {
             Py_UCS4 before = PyUnicode_READ(kind, data, at - 1);
@@ -711,17 +746,15 @@ add_lowered(PyObject *counts, PyObject *prefix, const unsigned char *data, Py_ss
 /* The tokens of one address data[start:end] whose host starts at ``host``: prefix + address,
  * prefix + registrable domain, prefix + host if that is longer (featurizer._address_tokens,
  * mail.registrable_domain). */
-static int
-add_address(PyObject *counts, PyObject *prefix, PyObject *second_level,
-            const unsigned char *data, Py_ssize_t start, Py_ssize_t host, Py_ssize_t end)
+/* The start of the registrable domain (mail.registrable_domain) of the host data[host:end],
+ * a host of [\w-]+(?:\.[\w-]+)+ (at least one dot, no empty label); -1 on error. */
+static Py_ssize_t
+domain_start(PyObject *second_level, const unsigned char *data, Py_ssize_t host, Py_ssize_t end)
 {
-    if (add_lowered(counts, prefix, data, start, end) < 0)
-        return -1;
     Py_ssize_t dots[3] = {-1, -1, -1}, n_dots = 0; /* the last three dots of the host */
     for (Py_ssize_t k = end - 1; k >= host && n_dots < 3; k--)
         if (data[k] == '.')
             dots[n_dots++] = k;
-    /* the host matched [\w-]+(?:\.[\w-]+)+: at least one dot, no empty label */
     Py_ssize_t domain = n_dots >= 2 ? dots[1] + 1 : host;
     if (n_dots >= 2 && end - dots[0] - 1 == 2) { /* a two-letter last label: co.uk, com.cn */
         PyObject *label = PyUnicode_New(dots[0] - dots[1] - 1, 127);
@@ -736,7 +769,17 @@ add_address(PyObject *counts, PyObject *prefix, PyObject *second_level,
         if (known)
             domain = n_dots >= 3 ? dots[2] + 1 : host;
     }
-    if (add_lowered(counts, prefix, data, domain, end) < 0)
+    return domain;
+}
+
+static int
+add_address(PyObject *counts, PyObject *prefix, PyObject *second_level,
+            const unsigned char *data, Py_ssize_t start, Py_ssize_t host, Py_ssize_t end)
+{
+    if (add_lowered(counts, prefix, data, start, end) < 0)
+        return -1;
+    Py_ssize_t domain = domain_start(second_level, data, host, end);
+    if (domain < 0 || add_lowered(counts, prefix, data, domain, end) < 0)
         return -1;
     if (domain != host && add_lowered(counts, prefix, data, host, end) < 0)
         return -1;
@@ -1405,7 +1448,214 @@ header_fields(PyObject *Py_UNUSED(module), PyObject *args)
     return fields;
 }
 
+/* ---- URL tokens (tokenize.url_tokens of tokenize.url_hosts) ------------------------------- */
+
+/* \d{1,3}(?:\.\d{1,3}){3}, the whole of h[0:n] (tokenize._IP_RE.fullmatch of an ASCII host) */
+static int
+is_ip_address(const unsigned char *h, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    for (int group = 0; group < 4; group++) {
+        if (group && (i >= n || h[i++] != '.'))
+            return 0;
+        Py_ssize_t digits = 0;
+        while (i < n && h[i] >= '0' && h[i] <= '9' && digits < 3) {
+            i++;
+            digits++;
+        }
+        if (!digits)
+            return 0;
+    }
+    return i == n;
+}
+
+PyDoc_STRVAR(count_url_tokens_doc,
+"count_url_tokens(text, counts, second_level) -> None\n\n"
+"``counts.update(tokenize.url_tokens(url_hosts(text)))``: ``url:<host>`` and, if another,\n"
+"``url:<registrable domain>`` of each URL host of ``text`` in order (``url:ip`` and\n"
+"``url:<address>`` for a numeric one), counted into the dict ``counts``.");
+
+static PyObject *
+count_url_tokens(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *text, *counts, *second_level;
+    if (!PyArg_ParseTuple(args, "UO!O:count_url_tokens", &text, &PyDict_Type, &counts,
+                          &second_level))
+        return NULL;
+    PyObject *hosts = url_hosts(NULL, text);
+    if (hosts == NULL)
+        return NULL;
+    PyObject *prefix = PyUnicode_FromString("url:"), *ip = NULL;
+    int failed = prefix == NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(hosts) && !failed; k++) {
+        PyObject *host = PyList_GET_ITEM(hosts, k); /* ASCII, lower-case: append_host made it */
+        const unsigned char *h = PyUnicode_1BYTE_DATA(host);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(host);
+        if (is_ip_address(h, n)) {
+            if (ip == NULL && (ip = PyUnicode_FromString("url:ip")) == NULL)
+                failed = 1;
+            else
+                failed = add_count(counts, ip, 1) < 0 || add_lowered(counts, prefix, h, 0, n) < 0;
+            continue;
+        }
+        Py_ssize_t domain = domain_start(second_level, h, 0, n);
+        failed = domain < 0 || add_lowered(counts, prefix, h, 0, n) < 0
+                 || (domain > 0 && add_lowered(counts, prefix, h, domain, n) < 0);
+    }
+    Py_XDECREF(ip);
+    Py_XDECREF(prefix);
+    Py_DECREF(hosts);
+    if (failed)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- where an entity's header lines end (mail._HEADER_LINES_RE) --------------------------- */
+
+static inline int
+is_header_name_byte(unsigned char c) /* [!-.0-9;=-~]: printable ASCII but '/', ':' and '<' */
+{
+    return c >= '!' && c <= '~' && c != '/' && c != ':' && c != '<';
+}
+
+/* The start of the line after the one at b[i] (n at the end). */
+static inline Py_ssize_t
+line_after(const unsigned char *b, Py_ssize_t n, Py_ssize_t i)
+{
+    const unsigned char *newline = i < n ? memchr(b + i, '\n', (size_t)(n - i)) : NULL;
+    return newline == NULL ? n : newline - b + 1;
+}
+
+PyDoc_STRVAR(header_lines_end_doc,
+"header_lines_end(data, pos=0) -> int\n\n"
+"``mail._HEADER_LINES_RE.match(data, pos).end()``: the end of the run of header lines from\n"
+"``pos`` (an mbox \"From \" line first, then fields and continuation lines).");
+
+static PyObject *
+header_lines_end(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer data;
+    Py_ssize_t pos = 0;
+    if (!PyArg_ParseTuple(args, "y*|n:header_lines_end", &data, &pos))
+        return NULL;
+    const unsigned char *b = data.buf;
+    Py_ssize_t n = data.len, i = pos < 0 ? 0 : pos > n ? n : pos;
+    if (n - i >= 5 && memcmp(b + i, "From ", 5) == 0)
+        i = line_after(b, n, i);
+    while (i < n) {
+        if (b[i] != ' ' && b[i] != '\t') { /* a field: name, white space, ':' not before "//" */
+            Py_ssize_t j = i;
+            while (j < n && is_header_name_byte(b[j]))
+                j++;
+            if (j == i)
+                break;
+            while (j < n && (b[j] == ' ' || b[j] == '\t'))
+                j++;
+            if (j >= n || b[j] != ':' || (j + 2 < n && b[j + 1] == '/' && b[j + 2] == '/'))
+                break;
+        }
+        i = line_after(b, n, i);
+    }
+    PyBuffer_Release(&data);
+    return PyLong_FromSsize_t(i);
+}
+
+/* ---- the first value of a few fields (mail._read_entities' MIME fields) ------------------ */
+
+PyDoc_STRVAR(first_values_doc,
+"first_values(fields, names) -> tuple\n\n"
+"For each name of the tuple ``names``, the value of the first (name, value) pair of the list\n"
+"``fields`` whose name equals it, or None: one pass for all the names.");
+
+static PyObject *
+first_values(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *fields, *names;
+    if (!PyArg_ParseTuple(args, "O!O!:first_values", &PyList_Type, &fields, &PyTuple_Type,
+                          &names))
+        return NULL;
+    Py_ssize_t n_names = PyTuple_GET_SIZE(names), missing = n_names;
+    PyObject *found = PyTuple_New(n_names);
+    if (found == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(fields) && missing; k++) {
+        PyObject *field = PyList_GET_ITEM(fields, k);
+        if (!PyTuple_Check(field) || PyTuple_GET_SIZE(field) != 2) {
+            Py_DECREF(found);
+            PyErr_SetString(PyExc_TypeError, "first_values: fields are (name, value) pairs");
+            return NULL;
+        }
+        Py_INCREF(field); /* a comparison below may run code that changes ``fields`` */
+        PyObject *name = PyTuple_GET_ITEM(field, 0);
+        for (Py_ssize_t j = 0; j < n_names; j++) {
+            if (PyTuple_GET_ITEM(found, j) != NULL)
+                continue;
+            int equal = PyObject_RichCompareBool(name, PyTuple_GET_ITEM(names, j), Py_EQ);
+            if (equal < 0) {
+                Py_DECREF(field);
+                Py_DECREF(found);
+                return NULL;
+            }
+            if (equal) {
+                PyObject *value = PyTuple_GET_ITEM(field, 1);
+                Py_INCREF(value);
+                PyTuple_SET_ITEM(found, j, value);
+                missing--;
+            }
+        }
+        Py_DECREF(field);
+    }
+    for (Py_ssize_t j = 0; j < n_names; j++)
+        if (PyTuple_GET_ITEM(found, j) == NULL) {
+            Py_INCREF(Py_None);
+            PyTuple_SET_ITEM(found, j, Py_None);
+        }
+    return found;
+}
+
+/* ---- Han characters (tokenize._HAN_CHAR_RE) ---------------------------------------------- */
+
+static inline int
+is_han(Py_UCS4 c)
+{
+    return (c >= 0x3400 && c <= 0x4dbf) || (c >= 0x4e00 && c <= 0x9fff)
+           || (c >= 0xf900 && c <= 0xfaff) || (c >= 0x20000 && c <= 0x2ebef);
+}
+
+PyDoc_STRVAR(has_han_doc,
+"has_han(text) -> bool\n\n"
+"Whether ``text`` holds a Han character (``tokenize._HAN_CHAR_RE.search(text)``): one pass\n"
+"over its code points, none for a str of 1-byte characters.");
+
+static PyObject *
+has_han(PyObject *Py_UNUSED(module), PyObject *text)
+{
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "has_han() takes a str, not %.100s", Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    if (kind == PyUnicode_2BYTE_KIND) {
+        const Py_UCS2 *d = PyUnicode_2BYTE_DATA(text);
+        for (Py_ssize_t k = 0; k < n; k++)
+            if (d[k] >= 0x3400 && is_han(d[k]))
+                Py_RETURN_TRUE;
+    }
+    else if (kind == PyUnicode_4BYTE_KIND) {
+        const Py_UCS4 *d = PyUnicode_4BYTE_DATA(text);
+        for (Py_ssize_t k = 0; k < n; k++)
+            if (d[k] >= 0x3400 && is_han(d[k]))
+                Py_RETURN_TRUE;
+    }
+    Py_RETURN_FALSE; /* 1-byte characters: all below U+0100 */
+}
+
 static PyMethodDef module_methods[] = {
+    {"has_han", (PyCFunction)has_han, METH_O, has_han_doc},
+    {"first_values", (PyCFunction)first_values, METH_VARARGS, first_values_doc},
+    {"count_url_tokens", (PyCFunction)count_url_tokens, METH_VARARGS, count_url_tokens_doc},
+    {"header_lines_end", (PyCFunction)header_lines_end, METH_VARARGS, header_lines_end_doc},
     {"url_hosts", (PyCFunction)url_hosts, METH_O, url_hosts_doc},
     {"unfold_headers", (PyCFunction)unfold_headers, METH_VARARGS, unfold_headers_doc},
     {"header_layout", (PyCFunction)header_layout, METH_VARARGS, header_layout_doc},

@@ -104,12 +104,16 @@ class Featurizer:
         text = mail.text
         counts, n_words = self._count(text, budget, urls=False)
         hosts = None
-        if options.url_tokens or options.meta_features:
-            # from the markup of HTML parts: links are not visible text
+        # URL tokens from the markup of HTML parts: links are not visible text
+        if options.meta_features:  # which needs the hosts themselves
             find = self.tokenizer.url_hosts
             hosts = [h for part in mail.parts for h in find(part.html or part.text)]
             if options.url_tokens:
                 counts.update(url_tokens(hosts))
+        elif options.url_tokens:
+            count = self.tokenizer.count_url_tokens
+            for part in mail.parts:
+                count(part.html or part.text, counts)
         if options.header_tokens:
             self._count_header_tokens(mail, counts)
         if mail.header_block and (options.header_order or options.header_shapes):

@@ -265,7 +265,7 @@ def read_mail(
     if b"\r" in raw:
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     defects: list[str] = []
-    header_block, body = _split_entity(raw, defects)
+    header_block, body = _split_entity(raw, defects, c)
     headers = _parse_headers(header_block, _wanted_headers(options.header_fields), c)
     # 8-bit text with no (usable) charset of its own is read with one the message declares
     # elsewhere: in an encoded word of a header, or in a Content-Type.
@@ -349,20 +349,27 @@ def _wanted_headers(header_fields: tuple[str, ...]) -> _Fields:
 _MIME_FIELDS = _header_re(_MIME_HEADERS)
 
 
-def _split_entity(data: bytes, defects: list[str]) -> tuple[bytes, bytes]:
+def _header_lines_end(data: bytes, pos: int, c) -> int:
+    """Where the run of header lines from ``pos`` ends (``c``: the C extension, or None)."""
+    if c is not None:
+        return c.header_lines_end(data, pos)
+    return _HEADER_LINES_RE.match(data, pos).end()
+
+
+def _split_entity(data: bytes, defects: list[str], c=None) -> tuple[bytes, bytes]:
     """(header block, body) of an entity, as mail software draws the line (RFC 5322 2.1).
 
     The header block ends at the first line that is neither a header field nor a continuation
     line; an empty line there is the separator and is dropped, any other line starts the body
     (the standard library's ``MissingHeaderBodySeparatorDefect``). Irregular forms are noted
-    in ``defects``.
+    in ``defects``. ``c``: the C extension for the header-line scan, or None.
     """
     if data.startswith(b"\n"):
         return b"", data[1:]
-    end = _HEADER_LINES_RE.match(data).end()
+    end = _header_lines_end(data, 0, c)
     if end and data.startswith(b"\n", end) and data[0] not in b" \t":  # nearly all mail
         return data[: end - 1], data[end + 1 :]
-    end, glued = _glue_split_encoded_words(data, end)
+    end, glued = _glue_split_encoded_words(data, end, c)
     if glued:
         _note(defects, "encoded_word_split_across_lines")
         starts, ends = (0, *glued), (*(g - 1 for g in glued), None)  # each newline left out
@@ -371,7 +378,7 @@ def _split_entity(data: bytes, defects: list[str]) -> tuple[bytes, bytes]:
     return _split_irregular(data, end, defects)
 
 
-def _glue_split_encoded_words(data: bytes, end: int) -> tuple[int, list[int]]:
+def _glue_split_encoded_words(data: bytes, end: int, c=None) -> tuple[int, list[int]]:
     """Header lines that go on past lines holding only the rest of an encoded word.
 
     Some mailers (and corpus tools) folded a long encoded word without the white space that
@@ -388,7 +395,7 @@ def _glue_split_encoded_words(data: bytes, end: int) -> tuple[int, list[int]]:
         if not tail:
             break
         glued.append(end)
-        end = _HEADER_LINES_RE.match(data, data.find(b"\n", end) + 1 or len(data)).end()
+        end = _header_lines_end(data, data.find(b"\n", end) + 1 or len(data), c)
     return end, glued
 
 
@@ -507,7 +514,26 @@ def _b64decode(data: bytes) -> bytes:
 
 
 def _content_type(value: str) -> tuple[str, dict[str, str]]:
-    """'type/subtype' (lower case, 'text/plain' if unusable) and parameters of a header value."""
+    """'type/subtype' (lower case, 'text/plain' if unusable) and parameters of a header value.
+
+    The parameters are shared between the mails with the same value: read them, never change
+    them. A stream's mail carries a few hundred distinct short values ("text/plain;
+    charset=us-ascii"), each parsed once; long ones (a hostile stream) are not kept.
+    """
+    if len(value) <= _CACHED_CONTENT_TYPE_CHARS:
+        return _cached_content_type(value)
+    return _parse_content_type(value)
+
+
+_CACHED_CONTENT_TYPE_CHARS = 200
+
+
+@lru_cache(maxsize=4096)
+def _cached_content_type(value: str) -> tuple[str, dict[str, str]]:
+    return _parse_content_type(value)
+
+
+def _parse_content_type(value: str) -> tuple[str, dict[str, str]]:
     head, _, rest = value.partition(";")
     ctype = head.strip().lower()
     if "/" not in ctype:
@@ -540,11 +566,18 @@ def _percent_decode(text: str, charset: str) -> str:
     return decode_text(unquote_to_bytes(text), charset or "utf-8")
 
 
-def _header_value(headers: list[tuple[str, bytes]], name: str) -> str:
-    for n, v in headers:
-        if n == name:
-            return decode_header(v)
-    return ""
+def _first_values(
+    headers: list[tuple[str, bytes]], names: tuple[str, ...], c
+) -> tuple[bytes | None, ...]:
+    """The raw value of the first field of each of ``names`` in ``headers`` (None if absent),
+    in one pass (``c``: the C extension, or None)."""
+    if c is not None:
+        return c.first_values(headers, names)
+    found: dict[str, bytes] = {}
+    for name, value in headers:
+        if name in names and name not in found:
+            found[name] = value
+    return tuple(found.get(name) for name in names)
 
 
 def _unfold(value: bytes) -> str:
@@ -591,7 +624,8 @@ def _read_entities(
         if mail.n_parts and budget.out_of_time():
             return
         mail.n_parts += 1
-        declared_type = _header_value(headers, "content-type")
+        raw_type, raw_encoding, raw_disposition = _first_values(headers, _MIME_HEADERS, c)
+        declared_type = decode_header(raw_type) if raw_type is not None else ""
         ctype, params = _content_type(declared_type or implied_type)
         if declared_type and "/" not in declared_type.partition(";")[0]:
             _note(defects, "invalid_content_type")  # read as text/plain, as RFC 2045 says
@@ -618,7 +652,7 @@ def _read_entities(
                     children = children[: max(room, 0)]
                 child_type = "message/rfc822" if ctype == "multipart/digest" else "text/plain"
                 for child in reversed(children):
-                    child_headers, child_body = _split_entity(child, defects)
+                    child_headers, child_body = _split_entity(child, defects, c)
                     stack.append(
                         (_parse_headers(child_headers, _MIME_FIELDS, c), child_body, depth + 1,
                          child_type)
@@ -631,15 +665,15 @@ def _read_entities(
             if depth >= options.max_depth:
                 budget.exceeded("max_depth")
                 continue
-            inner_headers, inner_body = _split_entity(body, defects)
+            inner_headers, inner_body = _split_entity(body, defects, c)
             inner = _parse_headers(inner_headers, _MIME_FIELDS, c)
             stack.append((inner, inner_body, depth + 1, "text/plain"))
             continue
         disposition, disposition_params = _content_type(
-            _header_value(headers, "content-disposition") or "x/inline"
+            (decode_header(raw_disposition) if raw_disposition is not None else "") or "x/inline"
         )
         filename = disposition_params.get("filename") or params.get("name")
-        encoding = _header_value(headers, "content-transfer-encoding").lower()
+        encoding = decode_header(raw_encoding).lower() if raw_encoding is not None else ""
         if encoding not in _TRANSFER_ENCODINGS:
             _note(defects, "unknown_transfer_encoding")  # the body is read as it is
         is_text = maintype == "text" and not (disposition == "attachment" and filename)

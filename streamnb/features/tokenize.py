@@ -45,7 +45,7 @@ from streamnb.features.mail import SECOND_LEVEL_LABELS, registrable_domain
 from streamnb.features.options import FeaturizerOptions
 from streamnb.features.stopwords import STOP_LISTS
 
-__all__ = ["Tokenizer", "osb_pairs", "url_hosts"]
+__all__ = ["Tokenizer", "has_han", "osb_pairs", "url_hosts"]
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef"
 _HAN_RUN_RE = re.compile(f"([{_HAN}]+)")
@@ -62,6 +62,15 @@ _SCHEMES = ("http", "https", "ftp")
 _NOT_BEFORE_WWW = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./@-")
 _IP_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 _DIGIT_RE = re.compile(r"\d")
+
+
+def has_han(text: str) -> bool:
+    """Whether ``text`` holds a Han character (the C extension's ``has_han`` is the same test).
+
+    Lower-casing and the separators :class:`Tokenizer` replaces neither make nor remove one,
+    so the raw text answers for the prepared one.
+    """
+    return _HAN_CHAR_RE.search(text) is not None
 
 
 def url_hosts(text: str) -> list[str]:
@@ -177,6 +186,8 @@ class Tokenizer:
         )
         #: :func:`url_hosts`, in C when the words are.
         self.url_hosts: Callable[[str], list[str]] = _tokens.url_hosts if native else url_hosts
+        # one pass in C; the regex scans a long non-ASCII text several times slower
+        self._has_han: Callable[[str], bool] = _tokens.has_han if native else has_han
         stop: set[str] = set(options.stop_words)
         for name in options.stop_lists:
             if name not in STOP_LISTS:
@@ -196,11 +207,11 @@ class Tokenizer:
         text = self._prepare(text)
         if self._native is not None:
             find = self._native.words
-            if text.isascii() or not _HAN_CHAR_RE.search(text):
+            if text.isascii() or not self._has_han(text):
                 return find(text)
         elif text.isascii():
             return self._bounded(self._ascii_word_re.findall(text))
-        elif not _HAN_CHAR_RE.search(text):
+        elif not self._has_han(text):
             return self._bounded(self._word_re.findall(text))
         else:
             regex_find = self._word_re.findall
@@ -288,16 +299,19 @@ class Tokenizer:
     def _bag_of_words(self, text: str) -> tuple[Counter[str], int]:
         """Counts of :meth:`words` without putting Chinese and other words back in order, and
         how many words that is."""
-        if (self.options.cjk_runs or self.options.cjk_bigrams) and _HAN_CHAR_RE.search(text):
+        if text.isascii():  # nearly all mail: no Han run, no separator to replace
+            if self._native is not None:  # one call, lower-cased in C, the total comes with it
+                counts = Counter()
+                return counts, self._native.count(text, counts, None, self.options.lowercase)
+            counts = self._ascii_bag(text.lower() if self.options.lowercase else text)
+            return counts, counts.total()
+        han = self._has_han(text)  # looked for once: the prepared text has the same Han
+        if han and (self.options.cjk_runs or self.options.cjk_bigrams):
             # only text with Han runs has run or pair tokens; the rest keeps the fast path
             counts = Counter(self.words(text))
             return counts, counts.total()
-        if self._native is not None and text.isascii():
-            # nearly all mail: one call, lower-cased in C, the total comes with it
-            counts = Counter()
-            return counts, self._native.count(text, counts, None, self.options.lowercase)
         text = self._prepare(text)
-        if text.isascii() or not _HAN_CHAR_RE.search(text):
+        if not han:
             if self._native is not None:
                 counts = Counter()
                 return counts, self._native.count(text, counts)
@@ -353,8 +367,15 @@ class Tokenizer:
                 money = [_DIGIT_RE.sub("0", m) for m in money]
             counts.update(money)
         if urls and options.url_tokens:
-            counts.update(url_tokens(self.url_hosts(text)))
+            self.count_url_tokens(text, counts)
         return counts, n_words
+
+    def count_url_tokens(self, text: str, counts: Counter[str]) -> None:
+        """``counts.update(url_tokens(url_hosts(text)))``, in one call into C when it can."""
+        if self._native is not None:
+            _native_path._tokens.count_url_tokens(text, counts, SECOND_LEVEL_LABELS)
+        else:
+            counts.update(url_tokens(url_hosts(text)))
 
     def _count_in_order(
         self, text: str, max_tokens: int | None, on_cut: Callable[[], None] | None
@@ -401,7 +422,7 @@ class Tokenizer:
             self._native.count(text, counts, prefix, self.options.lowercase)
             return
         text = self._prepare(text)
-        if _HAN_CHAR_RE.search(text):  # Chinese: segmented, as words() does
+        if self._has_han(text):  # Chinese: segmented, as words() does
             counts.update([prefix + w for w in self.words(text)])
             return
         self._native.count(text, counts, prefix)

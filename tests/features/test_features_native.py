@@ -129,6 +129,28 @@ def test_every_token_option_set_of_the_digests_counts_the_same(text):
         assert native.count(text) == python.count(text)
 
 
+@settings(max_examples=500, deadline=None)
+@given(text=texts)
+@example(text="\u33ff\u3400\u4dbf\u4dc0\u4dff\u4e00\u9fff\ua000")
+@example(text="\uf8ff\uf900\ufaff\ufb00\U0001ffff\U00020000\U0002ebef\U0002ebf0")
+@example(text="é" * 100 + "中")  # a 2-byte str with its only Han character last
+def test_has_han_equals_the_han_regex(text):
+    assert _tokens.has_han(text) == tokenize_module.has_han(text)
+    for char in set(text):  # each character alone, at the edges of the ranges too
+        assert _tokens.has_han(char) == tokenize_module.has_han(char)
+
+
+def test_has_han_agrees_with_the_regex_on_every_code_point():
+    chars = "".join(map(chr, range(0x110000)))
+    found = [i for i in range(0x110000) if tokenize_module._HAN_CHAR_RE.match(chars, i)]
+    assert [i for i in range(0x110000) if _tokens.has_han(chars[i])] == found
+    # and lower-casing makes or removes none, so the raw text answers for the prepared one
+    han = tokenize_module.has_han
+    assert not [c for c in chars if han(c) != han(c.lower())]
+    with pytest.raises(TypeError, match="str"):
+        _tokens.has_han(b"\xe4\xb8\xad")
+
+
 url_texts = st.lists(
     st.one_of(
         st.sampled_from(["http", "HTTPS", "ftp", "hTtP", "://", "www.", "WWW.", "Www.", "@",
@@ -144,8 +166,54 @@ url_texts = st.lists(
 @given(text=url_texts)
 @example(text="see http://" + "u" * 64 + "@host.example.com/ and http://" + "u" * 65 + "@x.org")
 @example(text="xhttp://a.b ftp://@c.d http://e@/f.g www.h.i.www.j.k awww.l.m -www.n.o")
+@example(text="ww.www.WWW.wWw.www.x.y http:/:/http://a.b::// www.")  # markers side by side
+@example(text="http://a.b/" + "x: " * 500 + "www.c.d ... www" + ".")  # many colons and dots
+@example(text="é http://a.b www.c.d :// www.")  # the same rules on a str of 1-byte characters
+@example(text="中 http://a.b www.c.d :// www.")  # and of 2-byte ones
 def test_url_hosts_equal_the_python_function(text):
     assert _tokens.url_hosts(text) == tokenize_module.url_hosts(text)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=st.lists(st.sampled_from(["http", "ftp", ":", "/", "//", "://", ".", "w", "ww", "www",
+                                       "W", "WWW", "a", "b-c", "@", " ", "_", "é", "中",
+                                       "http://a.b", "www.c.d", "WWW.E.F", "ftp://u@g.h"]),
+                     max_size=30).map("".join))
+def test_url_hosts_equal_the_python_function_on_texts_dense_with_markers(text):
+    # colons, slashes, dots and w's next to each other and at the ends: where the C search
+    # for the markers (memchr over a str of 1-byte characters) could go one off
+    assert _tokens.url_hosts(text) == tokenize_module.url_hosts(text)
+
+
+url_token_texts = st.lists(
+    st.sampled_from(["http://", "https://u@", "www.", "WWW.", "ftp://", "a", "Shop", "-", ".",
+                     "co", "uk", "com", "cn", "10", "1", "255", "1234", "x.co.uk", "b.com.cn",
+                     "192.168.0.1", "1.2.3", "1.2.3.4.5", " ", "/", "é", "中"]),
+    max_size=30,
+).map("".join)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=st.one_of(url_token_texts, url_texts))
+@example(text="http://10.0.0.1 http://1.2.3.4.5 http://1234.1.1.1 www.a.b.co.uk http://c.co.uk")
+def test_url_tokens_are_counted_as_the_python_tokens(text):
+    counts = {"url:ip": 2, "other": 1}  # added to, like the message's other tokens
+    _tokens.count_url_tokens(text, counts, mail.SECOND_LEVEL_LABELS)
+    expected = Counter({"url:ip": 2, "other": 1})
+    expected.update(tokenize_module.url_tokens(tokenize_module.url_hosts(text)))
+    assert counts == expected
+    assert list(counts) == list(expected)  # the same insertion order as Counter.update
+    native, python = pair()
+    assert native.count(text) == python.count(text)  # the tokenizer's own URL tokens
+
+
+def test_count_url_tokens_refuses_bad_arguments():
+    with pytest.raises(TypeError):
+        _tokens.count_url_tokens(b"http://a.b", {}, mail.SECOND_LEVEL_LABELS)
+    with pytest.raises(TypeError):
+        _tokens.count_url_tokens("http://a.b", [], mail.SECOND_LEVEL_LABELS)
+    with pytest.raises(TypeError):  # the labels are looked up in it
+        _tokens.count_url_tokens("http://a.b.co.uk", {}, None)
 
 
 header_values = st.lists(
@@ -185,6 +253,68 @@ header_blocks = st.lists(
     ),
     max_size=60,
 ).map(b"".join)
+
+
+entity_starts = st.lists(
+    st.one_of(
+        st.sampled_from([b"From ", b"From", b"From: a", b"http://x", b"a: //b", b"a://", b"a:/",
+                         b"X :", b"<html>:", b"/etc/x:", b"\n", b"\n\n", b" ", b"\t", b":",
+                         b"a", b"X-Copyright(C)", b">Received", b"\xe9", b"\x00", b"\r"]),
+        st.binary(max_size=4),
+    ),
+    max_size=25,
+).map(b"".join)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(data=st.one_of(header_blocks, entity_starts, st.binary(max_size=80)),
+       pos=st.integers(-2, 90))
+@example(data=b"From x\nA: b\n c\nB :\n\nbody", pos=0)
+@example(data=b"A:/", pos=0)
+@example(data=b"A://", pos=0)
+@example(data=b"From ", pos=0)
+def test_the_header_lines_end_where_the_regex_says(data, pos):
+    start = min(max(pos, 0), len(data))
+    assert _tokens.header_lines_end(data, pos) == mail._HEADER_LINES_RE.match(data, start).end()
+    if pos == 0:
+        assert _tokens.header_lines_end(data) == mail._HEADER_LINES_RE.match(data).end()
+        defects_c: list[str] = []
+        defects_python: list[str] = []
+        assert (mail._split_entity(data, defects_c, _tokens)
+                == mail._split_entity(data, defects_python, None))
+        assert defects_c == defects_python
+
+
+@settings(max_examples=1000, deadline=None)
+@given(fields=st.lists(st.tuples(st.sampled_from(["content-type", "content-disposition",
+                                                  "content-transfer-encoding", "subject", "to",
+                                                  "Content-Type", ""]),
+                                 st.binary(max_size=5)), max_size=12),
+       names=st.sampled_from([mail._MIME_HEADERS, ("subject",), ("to", "to"), ()]))
+def test_first_values_are_the_first_value_of_each_name(fields, names):
+    expected = tuple(next((v for n, v in fields if n == name), None) for name in names)
+    assert _tokens.first_values(fields, names) == expected
+    assert mail._first_values(fields, names, None) == expected
+
+
+def test_first_values_refuses_what_is_not_a_list_of_pairs():
+    for fields in ([("content-type",)], [["content-type", b"x"]], (("a", b"x"),)):
+        with pytest.raises(TypeError):
+            _tokens.first_values(fields, mail._MIME_HEADERS)
+
+
+def test_content_types_are_parsed_once_and_long_ones_not_kept():
+    value = 'text/plain; charset="iso-8859-1"; format=flowed'
+    assert mail._content_type(value) is mail._content_type(value)  # cached
+    assert mail._content_type(value) == mail._parse_content_type(value)
+    long_value = "text/html; name=" + "x" * 300
+    assert mail._content_type(long_value) == mail._parse_content_type(long_value)
+    assert mail._content_type(long_value) is not mail._content_type(long_value)
+
+
+def test_header_lines_end_refuses_what_is_not_bytes():
+    with pytest.raises(TypeError):
+        _tokens.header_lines_end("From: a\n")
 
 
 def layout_in_python(block, shortest, longest, shapes, counts=None):
