@@ -53,9 +53,11 @@ def run(model, store, event) -> None:
         store.set_label(msg_id, label)
 
 
-def commit_log(model, store, commits, step=None, max_value_bytes=DEFAULT_MAX_VALUE_BYTES):
+def commit_log(model, store, commits, step=None, max_value_bytes=DEFAULT_MAX_VALUE_BYTES,
+               on_commit=None):
     """``model`` and ``store`` after ``commits`` (each a list of events, applied with
-    ``step``, by default :func:`run`), and the changelog their commits wrote."""
+    ``step``, by default :func:`run`), and the changelog their commits wrote;
+    ``on_commit(records, log)`` sees each commit's records and the log so far."""
     step = step or run
     model.mark_changes()
     store.mark_changes()
@@ -63,9 +65,12 @@ def commit_log(model, store, commits, step=None, max_value_bytes=DEFAULT_MAX_VAL
     for events in commits:
         for event in events:
             step(model, store, event)
-        log.extend(changed_records(model, store, max_value_bytes))
+        records = changed_records(model, store, max_value_bytes)
+        log.extend(records)
         model.mark_changes()
         store.mark_changes()
+        if on_commit is not None:
+            on_commit(records, log)
     return model, store, log
 
 
@@ -358,17 +363,9 @@ def test_pages_fit_the_topic_and_the_live_pages_list_at_most_twice_the_vocabular
     entries, max_value_bytes = layout
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(changelog, "PAGE_ENTRIES", entries)
-        model, store = expiring_model("multinomial"), FeedbackStore(max_ids=5)
-        model.mark_changes()
-        store.mark_changes()
-        log = []
-        for events in commits:
-            for event in events:
-                run_expiring(model, store, event)
-            records = changed_records(model, store, max_value_bytes)
-            log += records
-            model.mark_changes()
-            store.mark_changes()
+        model = expiring_model("multinomial")
+
+        def check(records, log):
             for key, value in records:
                 if orjson.loads(key)[1] == "page" and value is not None:
                     assert 1 <= len(orjson.loads(value)) <= entries
@@ -381,6 +378,9 @@ def test_pages_fit_the_topic_and_the_live_pages_list_at_most_twice_the_vocabular
             assert listed <= 2 * model.vocabulary_size
             assert {t for body in live.values() for t, _ in body} == {
                 key[1] for key in model.stat_keys() if key[0] == "token"}
+
+        commit_log(model, FeedbackStore(max_ids=5), commits, run_expiring, max_value_bytes,
+                   on_commit=check)
 
 
 def test_a_token_that_loses_its_counts_is_not_brought_back_by_an_older_page():
