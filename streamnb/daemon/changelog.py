@@ -85,7 +85,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import weakref
+from collections import Counter
 from collections.abc import Iterable
+from itertools import compress, repeat
+from operator import is_not
 from typing import Any
 
 import orjson
@@ -322,29 +325,41 @@ class _Pages:
             legacy[token] = bucket
 
     # ------------------------------------------------------------------ writing a commit
-    def commit(self, model: Any, values: dict, max_value_bytes: int) -> Records:
-        """The records of a commit whose changed tokens have ``values`` (None: the token lost
-        its counts), in the order a reader must apply them."""
-        home, live, listed = self.home, self.live, self.listed
-        touched: set[int] = set()  # pages that lost the home of a token
+    def commit(self, model: Any, tokens: list, values: list, max_value_bytes: int) -> Records:
+        """The records of a commit whose changed ``tokens`` (each once) have ``values`` (None:
+        the token lost its counts), in the order a reader must apply them."""
+        home, live, listed, stale = self.home, self.live, self.listed, self.stale
         doomed: set[int] = set()  # pages this commit tombstones
-        entries: list = []
-        add_stale = self._add_stale
-        for token, value in values.items():
-            old = home.pop(token, None)
-            if old is not None:
-                live[old] -= 1
-                touched.add(old)
-            if value is not None:
-                entries.append([token, value])
+        olds = list(map(home.pop, tokens, repeat(None)))
+        left = Counter(olds)  # page -> how many of its tokens moved home
+        left.pop(None, None)
+        for page, count in left.items():
+            live[page] -= count
+        # the pages that lost the home of a token, as a set: the order the cleaned pages'
+        # tokens move in follows it
+        touched = set(left)
+        all_tokens = tokens  # and those that lost their counts
+        if None in values:
+            kept_tokens, kept_values, kept_olds = [], [], []
+            for token, value, old in zip(tokens, values, olds, strict=True):
+                if value is not None:
+                    kept_tokens.append(token)
+                    kept_values.append(value)
+                    kept_olds.append(old)
+                    continue
+                # No page may list it any more: an older one would bring it back once
+                # compaction has dropped the later pages and their tombstones.
                 if old is not None:
-                    add_stale(token, old)
-                continue
-            # No page may list it any more: an older one would bring it back once
-            # compaction has dropped the later pages and their tombstones.
-            if old is not None:
-                doomed.add(old)
-            doomed.update(self._stale_pages(token))
+                    doomed.add(old)
+                doomed.update(self._stale_pages(token))
+            tokens, values, olds = kept_tokens, kept_values, kept_olds
+        # The pages the changed tokens left list a stale value of them now: a dict and set
+        # operations (C loops) for the tokens with no stale page yet, most of them.
+        had_home = list(map(is_not, olds, repeat(None)))
+        left_home = dict(zip(compress(tokens, had_home), compress(olds, had_home), strict=True))
+        for token in left_home.keys() & stale.keys():
+            self._add_stale(token, left_home.pop(token))
+        stale.update(left_home)
         for page in touched:
             if live[page] < CLEAN_BELOW * len(listed[page]):
                 doomed.add(page)
@@ -358,26 +373,28 @@ class _Pages:
                     self._drop_stale(token, page)
             del live[page]
         # The first commit after the earlier layout moves its tokens into pages.
-        moved.extend(token for token in self.legacy if token not in values)
+        if self.legacy:
+            changed = set(all_tokens)
+            moved.extend(token for token in self.legacy if token not in changed)
         legacy_keys = sorted(self.legacy_keys, key=_sort_key)
         self.legacy.clear()
         self.legacy_keys.clear()
         # A token's own tombstone removes it whatever holds it, so those go before the
         # pages; a page's or a bucket's removes only the tokens whose home it still is.
         records: Records = [_stat_record(key, None) for key in legacy_keys if key[0] == "token"]
-        self._pages(entries, max_value_bytes, records)
+        self._pages(tokens, values, max_value_bytes, records)
         if moved:
             # In pages of their own: tokens that stayed unchanged while most of their page
             # changed are the slow-changing ones, and pages of them stay live for longer
             # than pages mixed with the tokens every commit changes. With expiry's stamps,
             # in the order they were last seen: an expiry (the least recently seen go) then
             # empties whole pages, to be tombstoned, instead of a share of every page.
-            moved_values = _stat_values(model, [("token", token) for token in moved])
-            pairs = [[token, value] for token, value in zip(moved, moved_values, strict=True)
-                     if value is not None]
+            pairs = [[token, value] for token, value in zip(
+                moved, _token_values(model, moved), strict=True) if value is not None]
             if pairs and type(pairs[0][1]) is dict and "seen" in pairs[0][1]:
                 pairs.sort(key=_last_seen)
-            self._pages(pairs, max_value_bytes, records)
+            self._pages([token for token, _ in pairs], [value for _, value in pairs],
+                        max_value_bytes, records)
         records.extend(_page_record(page, None) for page in sorted(doomed))
         records.extend(_stat_record(key, None) for key in legacy_keys if key[0] == "tokens")
         if len(home) != getattr(model, "vocabulary_size", len(home)):
@@ -389,32 +406,31 @@ class _Pages:
     def rewrite(self, model: Any, max_value_bytes: int) -> Records:
         old = sorted(self.listed)
         self.home, self.listed, self.live, self.stale = {}, {}, {}, {}
-        keys = [key for key in model.stat_keys() if key[0] == "token"]
+        tokens = [key[1] for key in model.stat_keys() if key[0] == "token"]
         records: Records = []
-        self._pages([[key[1], value] for key, value in zip(
-            keys, _stat_values(model, keys), strict=True)], max_value_bytes, records)
+        self._pages(tokens, _token_values(model, tokens), max_value_bytes, records)
         records.extend(_page_record(page, None) for page in old)
         return records
 
-    def _pages(self, entries: list, max_value_bytes: int, records: Records) -> None:
-        for start in range(0, len(entries), PAGE_ENTRIES):
-            self._pack(entries[start:start + PAGE_ENTRIES], max_value_bytes, records)
+    def _pages(self, tokens: list, values: list, max_value_bytes: int,
+               records: Records) -> None:
+        for start in range(0, len(tokens), PAGE_ENTRIES):
+            end = start + PAGE_ENTRIES
+            self._pack(tokens[start:end], values[start:end], max_value_bytes, records)
 
-    def _pack(self, entries: list, max_value_bytes: int, records: Records) -> None:
-        value = _dumps(entries)
-        if len(value) > max_value_bytes and len(entries) > 1:
-            half = len(entries) // 2
-            self._pack(entries[:half], max_value_bytes, records)
-            self._pack(entries[half:], max_value_bytes, records)
+    def _pack(self, tokens: list, values: list, max_value_bytes: int,
+              records: Records) -> None:
+        value = _dumps(list(zip(tokens, values, strict=True)))  # [[t, v], ...]: tuples are arrays
+        if len(value) > max_value_bytes and len(tokens) > 1:
+            half = len(tokens) // 2
+            self._pack(tokens[:half], values[:half], max_value_bytes, records)
+            self._pack(tokens[half:], values[half:], max_value_bytes, records)
             return
         page = self.next_page
         self.next_page += 1
-        tokens = [token for token, _ in entries]
         self.listed[page] = tokens
         self.live[page] = len(tokens)
-        home = self.home
-        for token in tokens:
-            home[token] = page
+        self.home.update(dict.fromkeys(tokens, page))
         records.append((_page_key(page), value))
 
 
@@ -445,22 +461,44 @@ def _stat_values(model: Any, keys: list[tuple]) -> list[Any]:
     return bulk(keys) if bulk is not None else [model.stat_value(key) for key in keys]
 
 
-def _token_records(model: Any, changed: list[tuple], max_value_bytes: int,
+def _token_values(model: Any, tokens: list) -> list[Any]:
+    """The values of ``tokens``: the model's ``token_values`` if it has one (made from its
+    rows a block at a time), else its values of the keys ``("token", t)``."""
+    bulk = getattr(model, "token_values", None)
+    if bulk is not None:
+        return bulk(tokens)
+    return _stat_values(model, [("token", token) for token in tokens])
+
+
+def _token_records(model: Any, tokens: list, max_value_bytes: int,
                    whole: bool = False) -> Records:
-    """The records of the token keys ``changed``: pages of their values, the pages they
-    leave tombstoned or cleaned (module docstring). ``whole``: every token of the model,
-    in pages numbered from 0 (the slice alone, as a compacted log of it holds it)."""
-    values = dict(zip([key[1] for key in changed], _stat_values(model, changed), strict=True))
-    if whole:
-        return _Pages().commit(model, values, max_value_bytes)
-    return _pages_of(model).commit(model, values, max_value_bytes)
+    """The records of the changed ``tokens`` (each once): pages of their values, the pages
+    they leave tombstoned or cleaned (module docstring). ``whole``: every token of the
+    model, in pages numbered from 0 (the slice alone, as a compacted log of it holds it)."""
+    pages = _Pages() if whole else _pages_of(model)
+    return pages.commit(model, tokens, _token_values(model, tokens), max_value_bytes)
+
+
+def _changed_stat_records(model: Any, max_value_bytes: int) -> Records:
+    """The records of the model's keys changed since its ``mark_changes()``; its changed
+    tokens as they are (``changed_tokens``) when it says them so."""
+    changed_tokens = getattr(model, "changed_tokens", None)
+    if changed_tokens is None:
+        return _stat_records(model, model.changed_keys(), max_value_bytes)
+    tokens, others = changed_tokens()
+    return _stat_records(model, others, max_value_bytes, tokens=tokens)
 
 
 def _stat_records(model: Any, keys: Iterable[tuple], max_value_bytes: int,
-                  whole: bool = False) -> Records:
-    tokens, others = [], []
+                  whole: bool = False, tokens: list | None = None) -> Records:
+    """The records of ``keys`` (and of the token keys of ``tokens``, given as the tokens)."""
+    tokens = [] if tokens is None else tokens
+    others = []
     for key in keys:
-        (tokens if key[0] == "token" else others).append(key)
+        if key[0] == "token":
+            tokens.append(key[1])
+        else:
+            others.append(key)
     # A model with tokens commits them even when none changed: the first commit after the
     # earlier layout moves its tokens into pages, and an untracked change is caught.
     has_tokens = tokens or hasattr(model, "vocabulary_size")
@@ -491,7 +529,7 @@ def changed_records(model: Any, store: FeedbackStore,
     ``mark_changes()``; the caller marks them again once the records are committed. No
     bucket record is larger than ``max_value_bytes`` (what the topic accepts with its key)."""
     with no_cyclic_gc():
-        records = _stat_records(model, model.changed_keys(), max_value_bytes)
+        records = _changed_stat_records(model, max_value_bytes)
         records.extend(_feedback_records(store, store.changed_ids(), store.changed_runs()))
     return records
 

@@ -614,3 +614,78 @@ def test_a_changelog_with_a_record_per_entry_is_read_and_rewritten_into_runs():
         restored_store.order_by_arrival()
         assert restored.to_state() == live.to_state()
         assert same_store(restored_store, store)
+
+
+class KeysOnly:
+    """A model seen through the keyed protocol alone (``changed_keys``, ``stat_keys``,
+    ``stat_value``): what the changelog falls back to for a model without
+    ``changed_tokens`` / ``token_values`` (the tokens' values a ``stat_value`` each)."""
+
+    _HIDDEN = ("changed_tokens", "token_values", "stat_values")
+
+    def __init__(self, model):
+        self._model = model
+
+    def __getattr__(self, name):
+        if name in self._HIDDEN:
+            raise AttributeError(name)
+        return getattr(self._model, name)
+
+
+FAST_PATH_LABEL = st.sampled_from(["ham", "spam", "promo"])
+FAST_PATH_EVENT = st.one_of(
+    st.tuples(st.just("message"), IDS, MESSAGE, st.one_of(st.none(), FAST_PATH_LABEL)),
+    st.tuples(st.just("feedback"), IDS, st.just(None), FAST_PATH_LABEL),
+    st.tuples(st.just("expire"), st.integers(0, 5), st.just(None), st.just(None)),
+)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("options", [{}, {"n_buckets": 16}, {"half_life": 3}])
+@pytest.mark.parametrize("expiry", [False, True])
+@pytest.mark.parametrize("rows_per_pattern", [1, 16])
+@given(commits=st.lists(st.lists(FAST_PATH_EVENT, max_size=12), max_size=6),
+       labels=st.integers(1, 3))
+@settings(max_examples=25, deadline=None)
+def test_the_fast_token_path_writes_the_records_of_the_keyed_protocol(
+        kind, options, expiry, rows_per_pattern, commits, labels):
+    """A text model's commit records made from its rows (``changed_tokens``,
+    ``token_values``) are byte for byte those made from its keys and ``stat_value``, for
+    every model kind and counting option, with and without expiry's stamps; and so is the
+    whole slice (``all_records``)."""
+    import streamnb.models._keyed as keyed
+
+    allowed = ["ham", "spam", "promo"][:labels]
+    commits = [[event for event in events if event[0] != "expire" or expiry]
+               for events in commits]
+    commits = [[(k, i, x, label if label in allowed or label is None else allowed[0])
+                for k, i, x, label in events] for events in commits]
+    fast, slow = make_model(kind, **options), make_model(kind, **options)
+    if expiry:
+        fast.track_last_seen()
+        slow.track_last_seen()
+    stores = FeedbackStore(max_ids=5), FeedbackStore(max_ids=5)
+    keyed_slow = KeysOnly(slow)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(keyed, "_ROWS_PER_PATTERN", rows_per_pattern)
+        for model in (fast, slow):
+            model.mark_changes()
+        for store in stores:
+            store.mark_changes()
+        for events in commits:
+            for event in events:
+                if event[0] == "expire" and event[1] == 0:
+                    event = ("expire", 1, None, None)
+                for model, store in ((fast, stores[0]), (slow, stores[1])):
+                    run_expiring(model, store, event)
+            tokens = fast.changed_tokens()[0]
+            assert fast.token_values(tokens + ["absent" if options.get("n_buckets") is None
+                                               else 15]) == [
+                slow.stat_value(("token", token))
+                for token in tokens + ["absent" if options.get("n_buckets") is None else 15]]
+            assert changed_records(fast, stores[0]) == changed_records(keyed_slow, stores[1])
+            for model in (fast, slow):
+                model.mark_changes()
+            for store in stores:
+                store.mark_changes()
+        assert all_records(fast, stores[0]) == all_records(keyed_slow, stores[1])
