@@ -54,9 +54,10 @@ def run(model, store, event) -> None:
 
 
 def commit_log(model, store, commits, step=None, max_value_bytes=DEFAULT_MAX_VALUE_BYTES,
-               on_commit=None):
+               on_commit=None, make_records=None):
     """``model`` and ``store`` after ``commits`` (each a list of events, applied with
-    ``step``, by default :func:`run`), and the changelog their commits wrote;
+    ``step``, by default :func:`run`), and the changelog their commits wrote (each commit's
+    records made by ``make_records(model, store)``, by default :func:`changed_records`);
     ``on_commit(records, log)`` sees each commit's records and the log so far."""
     step = step or run
     model.mark_changes()
@@ -65,7 +66,8 @@ def commit_log(model, store, commits, step=None, max_value_bytes=DEFAULT_MAX_VAL
     for events in commits:
         for event in events:
             step(model, store, event)
-        records = changed_records(model, store, max_value_bytes)
+        records = (make_records(model, store) if make_records is not None
+                   else changed_records(model, store, max_value_bytes))
         log.extend(records)
         model.mark_changes()
         store.mark_changes()
@@ -473,21 +475,15 @@ def legacy_log(kind, commits, n_buckets, rng):
     token pages made of them."""
     from streamnb.daemon.changelog import _feedback_records, _stat_record
 
-    model, store = expiring_model(kind), FeedbackStore(max_ids=5)
-    model.mark_changes()
-    store.mark_changes()
-    log = []
-    for events in commits:
-        for event in events:
-            run_expiring(model, store, event)
+    def legacy_records(model, store):
         changed = model.changed_keys()
-        log += legacy_token_records(model, [k[1] for k in changed if k[0] == "token"],
-                                    n_buckets, rng)
-        log += [_stat_record(k, model.stat_value(k)) for k in changed if k[0] != "token"]
-        log += _feedback_records(store, store.changed_ids(), store.changed_runs())
-        model.mark_changes()
-        store.mark_changes()
-    return model, store, log
+        return (legacy_token_records(model, [k[1] for k in changed if k[0] == "token"],
+                                     n_buckets, rng)
+                + [_stat_record(k, model.stat_value(k)) for k in changed if k[0] != "token"]
+                + _feedback_records(store, store.changed_ids(), store.changed_runs()))
+
+    return commit_log(expiring_model(kind), FeedbackStore(max_ids=5), commits, run_expiring,
+                      make_records=legacy_records)
 
 
 @pytest.mark.parametrize("kind", KINDS)
