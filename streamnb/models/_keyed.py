@@ -251,31 +251,12 @@ class KeyedTextStatistics:
         return dict(sorted(counts.items()))
 
     def stat_values(self, keys: list[tuple]) -> list[Any]:
-        """``[self.stat_value(key) for key in keys]``, the token keys' rows read with one
-        array gather (a changelog commit reads thousands of them)."""
-        labels = self._labels
-        order = sorted(range(len(labels)), key=labels.__getitem__)
-        names = [labels[c] for c in order]
-        index = self._index
-        rows = [index.get(key[1]) if len(key) == 2 and key[0] == "token" else None
+        """``[self.stat_value(key) for key in keys]``, the token keys' values made by
+        :meth:`token_values` (one array gather for all of them)."""
+        tokens = [key[1] for key in keys if len(key) == 2 and key[0] == "token"]
+        made = iter(self.token_values(tokens))
+        return [next(made) if len(key) == 2 and key[0] == "token" else self.stat_value(key)
                 for key in keys]
-        present = [row for row in rows if row is not None]
-        table = self._counts[np.ix_(present, order)].tolist() if present else []
-        stamps = self._seen[present].tolist() if self._seen is not None and present else None
-        values: list[Any] = []
-        i = 0
-        for key, row in zip(keys, rows, strict=True):
-            if row is None:
-                values.append(None if len(key) == 2 and key[0] == "token"
-                              else self.stat_value(key))
-                continue
-            counts = {name: n for name, n in zip(names, table[i], strict=True) if n}
-            if counts and stamps is not None:
-                values.append({"counts": counts, "seen": stamps[i]})
-            else:
-                values.append(counts or None)
-            i += 1
-        return values
 
     def token_values(self, tokens: list) -> list[Any]:
         """``[self.stat_value(("token", t)) for t in tokens]``, made a block at a time: the
