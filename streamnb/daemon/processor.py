@@ -74,6 +74,14 @@ class RecordProcessor:
     def _store(self, key: str) -> FeedbackStore:
         return self.parts.slices[key].store
 
+    def _decided(self, proba: dict[str, float]) -> str | None:
+        """The label a prediction is emitted and scored with: the most probable class, or
+        with the model's ``class_offsets`` its decision (``Model.decide``; docs/models.md,
+        "The decision"). The probabilities stay the model's."""
+        if getattr(self.live, "class_offsets", None):
+            return self.live.decide_proba(proba)
+        return _predicted(proba)
+
 
     def process(self, records: list, prepared: list | None = None) -> None:
         """Apply one polled batch (records in offset order within each partition).
@@ -255,7 +263,7 @@ class RecordProcessor:
             self._tally["consumed", "unlabelled"] += 1
             if entry is None:
                 store.remember(msg_id, key, new.x_json, None)
-            self._emit(msg_id, _predicted(proba), proba, new.record, new.started, x=new.x)
+            self._emit(msg_id, self._decided(proba), proba, new.record, new.started, x=new.x)
             return
 
         self._tally["consumed", "labelled"] += 1
@@ -264,7 +272,7 @@ class RecordProcessor:
             # inflate accuracy. It is counted as a duplicate; its label acts as feedback.
             self._tally["duplicate_message", None] += 1
         else:
-            self.metrics.observe_labelled(label, _predicted(proba), proba)
+            self.metrics.observe_labelled(label, self._decided(proba), proba)
         if entry is None:
             try:
                 clock = self._learn(key, new.x, label)
@@ -286,11 +294,11 @@ class RecordProcessor:
         if label is None:
             self._tally["consumed", "unlabelled"] += 1
             self._store(new.key).remember(msg_id, new.key, new.x_json, None)
-            self._emit(msg_id, _predicted(proba), proba, new.record, new.started,
+            self._emit(msg_id, self._decided(proba), proba, new.record, new.started,
                        model_updates)
             return
         self._tally["consumed", "labelled"] += 1
-        self.metrics.observe_labelled(label, _predicted(proba), proba)
+        self.metrics.observe_labelled(label, self._decided(proba), proba)
         self._tally["learned", label] += 1
         self._store(new.key).remember(msg_id, new.key, new.x_json, label)
         self._latencies.append(time.perf_counter() - new.started)
