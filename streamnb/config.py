@@ -497,6 +497,8 @@ def _check_preset(model: ModelSettings) -> None:
         preset_options(model.kind, model.preset)
     except ValueError as error:
         raise ConfigError(f"config: model.preset: {error}") from None
+
+
 def _check_class_offsets(model: ModelSettings) -> None:
     """model.options.class_offsets: a table of finite numbers, naming only classes of
     model.labels when that is fixed (an offset for a misspelt class would move nothing)."""

@@ -159,6 +159,16 @@ def check_header(state: Any, kind: str) -> Mapping[str, Any]:
     return options
 
 
+def _first_best(scored: Iterable[tuple[str, float]]) -> str | None:
+    """The label of the highest score, ties to the first label in sorted order (what
+    ``max(sorted(labels), key=score)`` returns, in one pass)."""
+    best, top = None, -math.inf
+    for label, score in scored:
+        if best is None or score > top or (score == top and label < best):
+            best, top = label, score
+    return best
+
+
 class Model:
     """The protocol every streamnb model follows (see the module docstring).
 
@@ -248,14 +258,22 @@ class Model:
         if not offsets:
             return max(sorted(log_proba), key=log_proba.__getitem__)
         get = offsets.get
-        return max(sorted(log_proba), key=lambda label: log_proba[label] + get(label, 0.0))
+        return _first_best((label, lp + get(label, 0.0)) for label, lp in log_proba.items())
 
     def decide_proba(self, proba: Mapping[str, float]) -> str | None:
         """:meth:`decide` of probabilities (``predict_proba_one``'s, the daemon's): their logs,
         a probability that underflowed to 0 counting as log 0 = -inf."""
-        log = math.log
-        return self.decide({label: log(p) if p > 0 else -math.inf
-                            for label, p in proba.items()})
+        offsets = self.class_offsets
+        if not offsets:
+            return _first_best(proba.items())
+        # _first_best written out: the daemon labels every message with it
+        log, get = math.log, offsets.get
+        best, top = None, -math.inf
+        for label, p in proba.items():
+            score = (log(p) if p > 0 else -math.inf) + get(label, 0.0)
+            if best is None or score > top or (score == top and label < best):
+                best, top = label, score
+        return best
 
     def learn_many(self, X: Iterable, ys: Iterable[str]) -> None:
         X, ys = list(X), list(ys)
