@@ -464,6 +464,7 @@ def load_settings(
         sections[table] = cls(**fields)
     settings = Settings(**sections)
     _check_preset(settings.model)
+    _check_class_offsets(settings.model)
     settings = Settings(**{**_as_dict(settings), "kafka": _resolve_security(settings.kafka, base)})
     if settings.model.max_tokens and settings.model.kind not in TEXT_KINDS:
         raise ConfigError(f"config: model.max_tokens applies to the text models (multinomial, "
@@ -496,6 +497,26 @@ def _check_preset(model: ModelSettings) -> None:
         preset_options(model.kind, model.preset)
     except ValueError as error:
         raise ConfigError(f"config: model.preset: {error}") from None
+
+
+def _check_class_offsets(model: ModelSettings) -> None:
+    """model.options.class_offsets: a table of finite numbers, naming only classes of
+    model.labels when that is fixed (an offset for a misspelt class would move nothing)."""
+    if "class_offsets" not in model.options:
+        return
+    from streamnb.models._base import check_class_offsets
+
+    key = "model.options.class_offsets"
+    try:
+        offsets = check_class_offsets(model.options["class_offsets"])
+    except ValueError as error:
+        raise ConfigError(f"config: {key}: {error}") from None
+    unknown = sorted(set(offsets) - set(model.labels)) if model.labels else []
+    if unknown:
+        raise ConfigError(f"config: {key} names {', '.join(map(repr, unknown))}, not in "
+                          f"model.labels {list(model.labels)}")
+
+
 def _resolve_security(kafka: KafkaSettings, base: Path) -> KafkaSettings:
     """``kafka`` with its TLS and SASL settings checked, relative files resolved against
     ``base`` and the password read from ``sasl_password_file``."""

@@ -146,6 +146,9 @@ def format_explanation(why: dict[str, Any] | None, proba: Mapping[str, float]) -
     others = why["n_tokens"] - len(why["tokens"])
     lines.append(f"  {why['rest']:+10.4f}  ({others} other token{'s' * (others != 1)})")
     lines.append(f"= {why['log_odds']:+10.4f}")
+    if "offset" in why:  # model.options.class_offsets moved the decision line
+        lines.append(f"  {why['offset']:+10.4f}  (the offset of class_offsets: log-odds + "
+                     f"offset = {why['log_odds'] + why['offset']:+.4f} >= 0, so {label})")
     if why["n_ignored"]:
         lines.append(f"{why['n_ignored']} token(s) contributed nothing (not in the vocabulary, "
                      "or left out by min_spread / top_k)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,14 @@ def _predicted(proba: dict[str, float]) -> str | None:
     return best
 
 
+def _labeller(model: Any) -> Callable[[dict[str, float]], str | None]:
+    """The label a prediction of ``model`` is emitted and scored with: the most probable
+    class, or with the model's ``class_offsets`` its decision (``Model.decide_proba``;
+    docs/models.md, "The decision"). The probabilities stay the model's. Chosen once a batch:
+    the check would cost more than ``_predicted`` itself."""
+    return model.decide_proba if getattr(model, "class_offsets", None) else _predicted
+
+
 class RecordProcessor:
     """The per-record half of the daemon (a mixin of :class:`~streamnb.daemon.loop.Daemon`,
     whose state it uses: ``parts``, ``offsets``, ``io``, ``metrics``, ``settings``)."""
@@ -74,6 +83,9 @@ class RecordProcessor:
     def _store(self, key: str) -> FeedbackStore:
         return self.parts.slices[key].store
 
+    #: How this batch's predictions are labelled (set by :meth:`process` from the live
+    #: model, see :func:`_labeller`).
+    _label_of = staticmethod(_predicted)
 
     def process(self, records: list, prepared: list | None = None) -> None:
         """Apply one polled batch (records in offset order within each partition).
@@ -88,6 +100,7 @@ class RecordProcessor:
         metrics and store updates are those of processing the records one by one, in order.
         """
         with self.lock:
+            self._label_of = _labeller(self.live)
             run: list[_NewMessage] = []
             run_ids: set[str] = set()
             # Per partition of the batch, its slice key if owned (None: revoked while the
@@ -255,7 +268,7 @@ class RecordProcessor:
             self._tally["consumed", "unlabelled"] += 1
             if entry is None:
                 store.remember(msg_id, key, new.x_json, None)
-            self._emit(msg_id, _predicted(proba), proba, new.record, new.started, x=new.x)
+            self._emit(msg_id, self._label_of(proba), proba, new.record, new.started, x=new.x)
             return
 
         self._tally["consumed", "labelled"] += 1
@@ -264,7 +277,7 @@ class RecordProcessor:
             # inflate accuracy. It is counted as a duplicate; its label acts as feedback.
             self._tally["duplicate_message", None] += 1
         else:
-            self.metrics.observe_labelled(label, _predicted(proba), proba)
+            self.metrics.observe_labelled(label, self._label_of(proba), proba)
         if entry is None:
             try:
                 clock = self._learn(key, new.x, label)
@@ -286,11 +299,11 @@ class RecordProcessor:
         if label is None:
             self._tally["consumed", "unlabelled"] += 1
             self._store(new.key).remember(msg_id, new.key, new.x_json, None)
-            self._emit(msg_id, _predicted(proba), proba, new.record, new.started,
+            self._emit(msg_id, self._label_of(proba), proba, new.record, new.started,
                        model_updates)
             return
         self._tally["consumed", "labelled"] += 1
-        self.metrics.observe_labelled(label, _predicted(proba), proba)
+        self.metrics.observe_labelled(label, self._label_of(proba), proba)
         self._tally["learned", label] += 1
         self._store(new.key).remember(msg_id, new.key, new.x_json, label)
         self._latencies.append(time.perf_counter() - new.started)

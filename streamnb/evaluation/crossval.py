@@ -40,7 +40,7 @@ import numpy as np
 from streamnb.evaluation import options as options_module
 from streamnb.evaluation.corpora import FORMATS, CorpusError, read_corpus
 from streamnb.evaluation.options import OptionsError, Tables
-from streamnb.evaluation.replay import predicted_label
+from streamnb.evaluation.replay import decision_of
 from streamnb.pipeline import PipelineError
 
 __all__ = [
@@ -118,7 +118,7 @@ def _restrict(x: dict, vocabulary: set) -> dict:
 
 
 def _predict(model, x):
-    return predicted_label(model.predict_log_proba_one(x))
+    return decision_of(model)(model.predict_log_proba_one(x))
 
 
 def fold_accuracies(

@@ -102,6 +102,13 @@ def predicted_label(log_proba: dict[str, float]) -> str | None:
     return max(sorted(log_proba), key=log_proba.__getitem__) if log_proba else None
 
 
+def decision_of(model) -> Any:
+    """The function that turns ``model``'s log-probabilities into its label, as the daemon
+    labels: the model's ``decide`` (its ``class_offsets``), or the most probable class for
+    a model without one."""
+    return getattr(model, "decide", predicted_label)
+
+
 @dataclass
 class ReplayResult:
     """Per-message outcomes of one replay, in replay order (skipped messages left out)."""
@@ -197,6 +204,7 @@ def replay(
     """
     result = ReplayResult()
     model = pipeline.model
+    decide = decision_of(model)
     bar = _progress(len(messages), progress, description)
     clock = time.perf_counter
     try:
@@ -224,7 +232,7 @@ def replay(
             result.ids.append(message.id)
             result.labels.append(message.label)
             result.log_proba.append(log_proba)
-            result.predicted.append(predicted_label(log_proba))
+            result.predicted.append(decide(log_proba))
     finally:
         if bar is not None:
             bar.close()

@@ -9,11 +9,13 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Iterable, Mapping
+from numbers import Real
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["ModelInputError", "StateError", "STATE_VERSION"]
+__all__ = ["ModelInputError", "StateError", "STATE_VERSION", "check_class_offsets"]
 
 #: The version written by ``to_state``; ``from_state`` reads this one only.
 STATE_VERSION = 1
@@ -76,6 +78,35 @@ def check_positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
     return number
 
 
+def check_class_offsets(value: Any) -> dict[str, float]:
+    """The ``class_offsets`` option as a plain dict, label -> finite float, sorted by label, zero
+    offsets left out (so ``{spam = 0.0}`` is the model without offsets, to the saved state).
+
+    >>> check_class_offsets({"spam": -1, "ham": 0})
+    {'spam': -1.0}
+    >>> check_class_offsets({"spam": "high"})
+    Traceback (most recent call last):
+    ...
+    ValueError: option 'class_offsets' must map class labels to finite numbers (log-odds), \
+got 'spam' = 'high'
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError("option 'class_offsets' must be a table of class label -> log-odds "
+                         f"offset, e.g. {{spam = -1.0}}, got {value!r}")
+    offsets = {}
+    for label, offset in value.items():
+        if not isinstance(label, str) or not label or isinstance(offset, bool) or not (
+            isinstance(offset, Real) and math.isfinite(offset)
+        ):
+            raise ValueError("option 'class_offsets' must map class labels to finite numbers "
+                             f"(log-odds), got {label!r} = {offset!r}")
+        if offset != 0:
+            offsets[label] = float(offset)
+    return dict(sorted(offsets.items()))
+
+
 def check_optional_int(name: str, value: Any) -> int | None:
     if value is None:
         return None
@@ -128,6 +159,16 @@ def check_header(state: Any, kind: str) -> Mapping[str, Any]:
     return options
 
 
+def _first_best(scored: Iterable[tuple[str, float]]) -> str | None:
+    """The label of the highest score, ties to the first label in sorted order (what
+    ``max(sorted(labels), key=score)`` returns, in one pass)."""
+    best, top = None, -math.inf
+    for label, score in scored:
+        if best is None or score > top or (score == top and label < best):
+            best, top = label, score
+    return best
+
+
 class Model:
     """The protocol every streamnb model follows (see the module docstring).
 
@@ -143,6 +184,10 @@ class Model:
     kind: ClassVar[str]
     numeric_input: ClassVar[bool]
     _OPTIONS: ClassVar[tuple[str, ...]]  # constructor options, as saved in the state
+    #: The decision option (docs/models.md, "The decision"): label -> a constant added to that
+    #: class's log-posterior before the most probable class is chosen. Not a statistic: the
+    #: probabilities and the counts are those of the model without it.
+    class_offsets: Mapping[str, float] = MappingProxyType({})
 
     # -- what subclasses provide ------------------------------------------------------------
     def learn_one(self, x, y: str) -> None:
@@ -189,11 +234,46 @@ class Model:
         return {label: math.exp(lp) for label, lp in self.predict_log_proba_one(x).items()}
 
     def predict_one(self, x) -> str | None:
-        log_proba = self.predict_log_proba_one(x)
+        return self.decide(self.predict_log_proba_one(x))
+
+    def decide(self, log_proba: Mapping[str, float]) -> str | None:
+        """The predicted label of a prediction ``log_proba`` (label -> log P(label | x)): the
+        class c of highest log P(c | x) + ``class_offsets[c]`` (0 for a class without one),
+        which without offsets is the most probable class. Ties go to the first class in sorted
+        order, so the answer never depends on history. None for an empty prediction.
+
+        For two classes an offset b on spam labels a message spam when P(spam | x) >
+        1 / (1 + e^b): b = -1 asks for P(spam) > 0.731, b = ln(1/9) for P(spam) > 0.9.
+
+        >>> from streamnb.models import MultinomialNB
+        >>> strict = MultinomialNB(class_offsets={"spam": -1.0})
+        >>> import math
+        >>> odds_2 = {"ham": math.log(1 / 3), "spam": math.log(2 / 3)}   # P(spam) = 2/3
+        >>> MultinomialNB().decide(odds_2), strict.decide(odds_2)
+        ('spam', 'ham')
+        """
         if not log_proba:
             return None
-        # Ties go to the first class in sorted order, so the answer never depends on history.
-        return max(sorted(log_proba), key=log_proba.__getitem__)
+        offsets = self.class_offsets
+        if not offsets:
+            return max(sorted(log_proba), key=log_proba.__getitem__)
+        get = offsets.get
+        return _first_best((label, lp + get(label, 0.0)) for label, lp in log_proba.items())
+
+    def decide_proba(self, proba: Mapping[str, float]) -> str | None:
+        """:meth:`decide` of probabilities (``predict_proba_one``'s, the daemon's): their logs,
+        a probability that underflowed to 0 counting as log 0 = -inf."""
+        offsets = self.class_offsets
+        if not offsets:
+            return _first_best(proba.items())
+        # _first_best written out: the daemon labels every message with it
+        log, get = math.log, offsets.get
+        best, top = None, -math.inf
+        for label, p in proba.items():
+            score = (log(p) if p > 0 else -math.inf) + get(label, 0.0)
+            if best is None or score > top or (score == top and label < best):
+                best, top = label, score
+        return best
 
     def learn_many(self, X: Iterable, ys: Iterable[str]) -> None:
         X, ys = list(X), list(ys)

@@ -30,6 +30,7 @@ from streamnb.models._base import (
     Model,
     ModelInputError,
     StateError,
+    check_class_offsets,
     check_label,
     check_optional_int,
     check_positive,
@@ -93,13 +94,14 @@ class TextModel(KeyedTextStatistics, Model):
 
     numeric_input: ClassVar[bool] = False
     _OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "top_k", "temperature", "n_buckets",
-                                           "half_life")
+                                           "half_life", "class_offsets")
     #: Options that change what is counted (models differing in them cannot be merged).
     _COUNTING_OPTIONS: ClassVar[tuple[str, ...]] = ("n_buckets", "half_life")
 
     def __init__(self, alpha: float = 1.0, *, top_k: int | None = None,
                  temperature: float = 1.0, n_buckets: int | None = None,
-                 half_life: int | None = None):
+                 half_life: int | None = None,
+                 class_offsets: Mapping[str, float] | None = None):
         self.alpha = check_positive("alpha", alpha)
         # Decay (see docs/models.md): a message learned at clock t_i weighs 2**-((t - t_i) / h)
         # at clock t (learned messages). 0 or None: no decay, integer counts.
@@ -113,6 +115,9 @@ class TextModel(KeyedTextStatistics, Model):
         # Scores are divided by the temperature before they are normalised: the ranking and
         # the decision stay the same, only the probabilities soften (see docs/accuracy.md).
         self.temperature = check_positive("temperature", temperature)
+        # The decision (Model.decide): a constant per class added to its log-posterior before
+        # the label is chosen; the probabilities stay the model's.
+        self.class_offsets = check_class_offsets(class_offsets)
         self.n_buckets = check_optional_int("n_buckets", n_buckets)
         self._index: dict[Any, int] = {}
         self._keys: list = []
@@ -159,10 +164,15 @@ class TextModel(KeyedTextStatistics, Model):
 
     # -- options and introspection ------------------------------------------------------------
     def options(self) -> dict[str, Any]:
-        # half_life is listed only when set: a model without decay has the options (and the
-        # state) it had before decay existed.
-        return {name: getattr(self, name) for name in self._OPTIONS
-                if name != "half_life" or self.half_life is not None}
+        # half_life and class_offsets are listed only when set: a model without them has the
+        # options (and the state) it had before they existed.
+        options = {name: getattr(self, name) for name in self._OPTIONS
+                   if name not in ("half_life", "class_offsets")}
+        if self.half_life is not None:
+            options["half_life"] = self.half_life
+        if self.class_offsets:
+            options["class_offsets"] = dict(self.class_offsets)
+        return options
 
     def __repr__(self) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
@@ -913,7 +923,7 @@ class TextModel(KeyedTextStatistics, Model):
         used = set(keys)
         ignored = sorted(str(t) for t in x if self._bucket_of(t) not in used)
         return {
-            "prediction": max(sorted(log_proba), key=log_proba.__getitem__),
+            "prediction": self.decide(log_proba),
             "log_proba": log_proba,
             "base": dict(zip(labels, base.tolist(), strict=True)),
             "tokens": tokens,
@@ -935,7 +945,11 @@ class TextModel(KeyedTextStatistics, Model):
         ``k`` largest contributions by magnitude, as ``[token, contribution]`` pairs; positive
         for the predicted class), ``rest`` (the sum of the other tokens' contributions),
         ``n_tokens`` (tokens that were scored) and ``n_ignored`` (tokens outside the
-        vocabulary or left out by ``min_spread`` / ``top_k``, which contribute nothing). Every
+        vocabulary or left out by ``min_spread`` / ``top_k``, which contribute nothing). With
+        ``class_offsets`` the label is the decision's (:meth:`decide`), ``versus`` the class
+        highest after its offset, and ``offset`` (only then) is offset[label] −
+        offset[versus]: the label won because ``log_odds + offset >= 0``, and ``log_odds``
+        may be negative (a label less probable than ``versus``). Every
         term is divided by ``temperature``, as the scores are, so
 
             prior + absent_words + Σ tokens + rest = log_odds   (to rounding).
@@ -970,8 +984,13 @@ class TextModel(KeyedTextStatistics, Model):
         temperature = self.temperature
         log_proba = log_normalise(dict(zip(labels, (scores / temperature).tolist(),
                                            strict=True)))
-        label = max(sorted(log_proba), key=log_proba.__getitem__)
-        versus = max(sorted(c for c in log_proba if c != label), key=log_proba.__getitem__)
+        label = self.decide(log_proba)
+        offsets = self.class_offsets
+        if offsets:  # the class the decision beat by the least: the highest after its offset
+            versus = max(sorted(c for c in log_proba if c != label),
+                         key=lambda c: log_proba[c] + offsets.get(c, 0.0))
+        else:
+            versus = max(sorted(c for c in log_proba if c != label), key=log_proba.__getitem__)
         first, second = labels.index(label), labels.index(versus)
         keys = all_keys if known is None else [
             key for key, kept in zip(all_keys, known.tolist(), strict=True) if kept]
@@ -991,6 +1010,8 @@ class TextModel(KeyedTextStatistics, Model):
             "log_odds": log_proba[label] - log_proba[versus],
             "prior": float(log_prior[first] - log_prior[second]) / temperature,
         }
+        if offsets:  # the decision is log_odds + offset >= 0 (the offsets are not divided)
+            why["offset"] = offsets.get(label, 0.0) - offsets.get(versus, 0.0)
         if self.kind == "bernoulli":
             absent = (base[first] - log_prior[first]) - (base[second] - log_prior[second])
             why["absent_words"] = float(absent) / temperature

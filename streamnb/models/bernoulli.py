@@ -20,6 +20,7 @@ the last prediction, O(distinct values of D_jc) ≤ O(D_c) — never O(|V|).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from functools import reduce
 from itertools import repeat
 from operator import add, mul
@@ -49,9 +50,10 @@ class BernoulliNB(TextModel):
 
     def __init__(self, alpha: float = 1.0, *, top_k: int | None = None,
                  temperature: float = 1.0, n_buckets: int | None = None,
-                 half_life: int | None = None):
+                 half_life: int | None = None,
+                 class_offsets: Mapping[str, float] | None = None):
         super().__init__(alpha, top_k=top_k, temperature=temperature, n_buckets=n_buckets,
-                         half_life=half_life)
+                         half_life=half_life, class_offsets=class_offsets)
         self._hist: list[np.ndarray] = []  # per class: m_k for k >= 1 at index k
         self._hist_negative: list[dict[int, int]] = []  # m_k for k < 0 (slices only)
         self._hist_nonzero = np.zeros(0, dtype=np.int64)  # per class: Σ_{k≠0} m_k

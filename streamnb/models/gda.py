@@ -33,6 +33,7 @@ from streamnb.models._base import (
     Model,
     ModelInputError,
     StateError,
+    check_class_offsets,
     check_label,
     check_positive,
     json_numbers,
@@ -68,10 +69,10 @@ class GDA(KeyedWholeModel, Model):
 
     kind: ClassVar[str] = "gda"
     numeric_input: ClassVar[bool] = True
-    _OPTIONS: ClassVar[tuple[str, ...]] = ("covariance", "shrinkage", "ridge")
+    _OPTIONS: ClassVar[tuple[str, ...]] = ("covariance", "shrinkage", "ridge", "class_offsets")
 
     def __init__(self, covariance: str = "pooled", *, shrinkage: float = 0.0,
-                 ridge: float = 1e-6):
+                 ridge: float = 1e-6, class_offsets: Mapping[str, float] | None = None):
         if covariance not in COVARIANCES:
             raise ValueError(f"option 'covariance' must be one of {COVARIANCES}, "
                              f"got {covariance!r}")
@@ -80,6 +81,7 @@ class GDA(KeyedWholeModel, Model):
         if self.shrinkage > 1:
             raise ValueError(f"option 'shrinkage' must be in [0, 1], got {shrinkage!r}")
         self.ridge = check_positive("ridge", ridge)
+        self.class_offsets = check_class_offsets(class_offsets)  # the decision (Model.decide)
         self.n_features: int | None = None
         self._labels: list[str] = []
         self._column: dict[str, int] = {}
@@ -90,12 +92,16 @@ class GDA(KeyedWholeModel, Model):
         self._fit: dict[str, Any] | None = None
 
     def options(self) -> dict[str, Any]:
-        return {"covariance": self.covariance_type, "shrinkage": self.shrinkage,
-                "ridge": self.ridge}
+        options = {"covariance": self.covariance_type, "shrinkage": self.shrinkage,
+                   "ridge": self.ridge}
+        if self.class_offsets:  # listed only when set: the state it had before offsets
+            options["class_offsets"] = dict(self.class_offsets)
+        return options
 
     def __repr__(self) -> str:
+        offsets = f", class_offsets={self.class_offsets!r}" if self.class_offsets else ""
         return f"GDA(covariance={self.covariance_type!r}, shrinkage={self.shrinkage!r}, " \
-               f"ridge={self.ridge!r})"
+               f"ridge={self.ridge!r}{offsets})"
 
     # -- introspection ----------------------------------------------------------------------
     @property
@@ -351,7 +357,7 @@ class GDA(KeyedWholeModel, Model):
                                   for mu in fit["means"]])
         log_proba = log_normalise(dict(zip(labels, scores.tolist(), strict=True)))
         return {
-            "prediction": max(sorted(log_proba), key=log_proba.__getitem__),
+            "prediction": self.decide(log_proba),
             "log_proba": log_proba,
             "mahalanobis": dict(zip(labels, distances.tolist(), strict=True)),
             "regularized": fit["ridge"] > 0,

@@ -39,7 +39,7 @@ Predict cost is O(tokens in the message × classes); it does not grow with the v
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from operator import mul
 from typing import ClassVar
 
@@ -95,7 +95,8 @@ class MultinomialNB(TextModel):
                                            "complement", "tf", "idf", "length_norm",
                                            "min_spread", "spread_weight", "combining",
                                            "robinson_s",
-                                           "robinson_x", "min_dev", "n_buckets", "half_life")
+                                           "robinson_x", "min_dev", "n_buckets", "half_life",
+                                           "class_offsets")
     _COUNTING_OPTIONS: ClassVar[tuple[str, ...]] = ("n_buckets", "counts_occurrences",
                                                     "half_life")
 
@@ -107,7 +108,8 @@ class MultinomialNB(TextModel):
                  min_spread: float = 0.0, spread_weight: float = 0.0, combining: str = "nb",
                  robinson_s: float = 0.0178,
                  robinson_x: float = 0.52, min_dev: float = 0.375,
-                 n_buckets: int | None = None, half_life: int | None = None):
+                 n_buckets: int | None = None, half_life: int | None = None,
+                 class_offsets: Mapping[str, float] | None = None):
         if repeated_words not in REPEATED_WORDS:
             raise ValueError(
                 f"option 'repeated_words' must be one of {REPEATED_WORDS}, got {repeated_words!r}"
@@ -134,7 +136,7 @@ class MultinomialNB(TextModel):
         if not 0 < self.robinson_x < 1 or self.min_dev >= 0.5:
             raise ValueError("options need 0 < robinson_x < 1 and min_dev < 0.5")
         super().__init__(alpha, top_k=top_k, temperature=temperature, n_buckets=n_buckets,
-                         half_life=half_life)
+                         half_life=half_life, class_offsets=class_offsets)
 
     @property
     def counts_occurrences(self) -> bool:
