@@ -26,6 +26,13 @@ from streamnb.daemon.feedback import FeedbackStore  # noqa: E402
 from streamnb.models import MultinomialNB  # noqa: E402
 
 
+def page_pairs(body) -> list:
+    """A page's ``[token, value]`` pairs, of either page format (a checkout from before
+    columnar pages writes only lists of pairs)."""
+    read = getattr(changelog, "page_pairs", None)
+    return body if read is None else read(body)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stream", choices=["sms", "spamassassin"])
@@ -48,7 +55,7 @@ def main() -> None:
             cpu += time.process_time() - started
             n_records += len(records)
             n_bytes += sum(len(key) + len(value or b"") for key, value in records)
-            n_values += sum(len(orjson.loads(value)) for key, value in records
+            n_values += sum(len(page_pairs(orjson.loads(value))) for key, value in records
                             if value is not None and key.startswith(b'[1,"page"'))
             model.mark_changes()
             store.mark_changes()
