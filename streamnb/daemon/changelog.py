@@ -422,12 +422,31 @@ class _Pages:
             records.extend(self.rewrite(model, max_value_bytes))
         return records
 
+    def rewrites_whole(self, model: Any, changed: int) -> bool:
+        """Whether a commit of ``changed`` tokens (those that lost their counts included)
+        writes the whole slice instead (:meth:`rewrite`): when they are at least as many as
+        the slice holds (the expiry of a slice's first overrun of its budget: it removes a
+        third of the vocabulary, and most pages, each listing one of them, would be cleaned),
+        the changes' pages and the cleanings' would list about the whole vocabulary anyway,
+        and a rewrite spares the index's bookkeeping of every token's move. Not over the
+        earlier layout, whose records the first commit of pages moves and tombstones."""
+        vocabulary = getattr(model, "vocabulary_size", None)
+        return (vocabulary is not None and bool(self.listed) and not self.legacy_keys
+                and not self.legacy and changed >= vocabulary)
+
     def rewrite(self, model: Any, max_value_bytes: int) -> Records:
+        """Every token of ``model`` in new pages (with expiry's stamps, in the order they were
+        last seen: the next expiry empties whole pages), then the tombstones of every other
+        page (each removes the tokens whose home it still is: those no longer held)."""
         old = sorted(self.listed)
         self.home, self.listed, self.live, self.stale = {}, {}, {}, {}
         tokens = [key[1] for key in model.stat_keys() if key[0] == "token"]
+        values = _values_of(model, tokens)
+        order = values.by_last_seen()
+        if order is not None:
+            tokens, values = list(map(tokens.__getitem__, order)), values.take(order)
         records: Records = []
-        self._pages(tokens, _values_of(model, tokens), max_value_bytes, records)
+        self._pages(tokens, values, max_value_bytes, records)
         records.extend(_page_record(page, None) for page in old)
         return records
 
@@ -560,6 +579,8 @@ def _token_records(model: Any, tokens: list, max_value_bytes: int,
     they leave tombstoned or cleaned (module docstring). ``whole``: every token of the
     model, in pages numbered from 0 (the slice alone, as a compacted log of it holds it)."""
     pages = _Pages() if whole else _pages_of(model)
+    if pages.rewrites_whole(model, len(tokens)):
+        return pages.rewrite(model, max_value_bytes)
     return pages.commit(model, tokens, _values_of(model, tokens), max_value_bytes)
 
 

@@ -426,6 +426,42 @@ def test_a_commit_writes_its_changed_tokens_in_a_page_whatever_the_vocabulary():
     assert whole == [[1, "page", n] for n in range(10)] + [[1, "totals"]]
 
 
+def test_a_commit_that_changes_as_many_tokens_as_the_slice_holds_writes_it_whole():
+    """An expiry of most of the vocabulary: the commit writes every token the slice still
+    holds in new pages, in the order they were last seen, then tombstones every earlier page;
+    the log, whole or compacted, restores the slice, and the writer's index goes on."""
+    import random
+
+    model = expiring_model("multinomial")
+    store = FeedbackStore()
+    model.mark_changes()
+    store.mark_changes()
+    log = []
+    for i in range(3):
+        model.learn_one({f"w{i}-{j}": 1 for j in range(3000)}, "ham")
+        log += changed_records(model, store)
+        model.mark_changes()
+    model.learn_one({"late": 1, "w2-1": 1}, "spam")
+    model.expire(2100, 2100)  # 9,001 tokens held, 6,901 expire
+    records = changed_records(model, store)
+    log += records
+    pages = [(orjson.loads(key)[2], value) for key, value in records
+             if orjson.loads(key)[1] == "page"]
+    written = [pair for _, value in pages if value is not None
+               for pair in page_pairs(orjson.loads(value))]
+    assert {token for token, _ in written} == {
+        key[1] for key in model.stat_keys() if key[0] == "token"}
+    assert [value["seen"] for _, value in written] == sorted(
+        value["seen"] for _, value in written)
+    assert sorted(n for n, value in pages if value is None) == list(range(6))
+    model.mark_changes()
+    model.learn_one({"later": 1}, "ham")
+    log += changed_records(model, store)
+    rng = random.Random(5)
+    for records in (log, compact(log), any_compaction(log, rng)):
+        assert restored_from("multinomial", records).to_state() == model.to_state()
+
+
 def test_a_model_that_learned_before_its_changes_were_marked_is_written_whole():
     """A change the page index never saw (here: learned before ``mark_changes``): the commit
     notices the vocabulary it does not know and writes the whole slice."""
@@ -473,10 +509,12 @@ def test_a_page_written_before_columnar_pages_restores():
     assert restored.to_state() == model.to_state()
     assert restored_store.get("m1").x == {"win": 2, "cash": 1}
     new = changed_records(model, store)
-    page = orjson.loads(new[0][1])
-    assert page == {"format": 2, "labels": ["ham", "spam"], "tokens": ["cash", "win", "lunch"],
-                    "counts": [[0.0, 1.0, 1.0], [1.0, 2.0, 0.0]], "seen": [1, 2, 2]}
-    assert page_pairs(page) == orjson.loads(old[0][1])
+    page = orjson.loads(new[0][1])  # (its tokens in the order of a set: any)
+    columns = {token: (ham, spam, seen) for token, ham, spam, seen in zip(
+        page["tokens"], *page["counts"], page["seen"], strict=True)}
+    assert (page["format"], page["labels"]) == (2, ["ham", "spam"])
+    assert columns == {"cash": (0.0, 1.0, 1), "win": (1.0, 2.0, 2), "lunch": (1.0, 0.0, 2)}
+    assert sorted(page_pairs(page)) == sorted(orjson.loads(old[0][1]))
     assert [(k, v) for k, v in new[1:]] == old[1:]
 
 
