@@ -8,7 +8,10 @@ record per key) keeps exactly what a reader needs:
 =============================  ===============================================================
 record key (JSON)              record value (JSON; ``null`` value = tombstone: the key is gone)
 =============================  ===============================================================
-``[1, "page", n]``             ``[[t, value], ...]``: token page n, values as ``[1, "token", t]``
+``[1, "page", n]``             token page n: ``{"format": 2, "labels": [l, ...], "tokens": [t, ...],
+                               "counts": [[count, ...], ...], "seen": [n, ...]}`` (a column
+                               of counts per label, 0 for none; ``seen`` with stamps), or
+                               (format 1) ``[[t, value], ...]``, values as ``[1, "token", t]``
 ``[1, "totals"]``              ``{"n_docs": {label: n}, "totals": {label: s}}``
 ``[1, "model"]``               a model without finer keys (GDA): its whole ``to_state()``
 ``[1, "entries", r]``          ``[[id, label | null, seq, model input(, clock)], ...]``: run r
@@ -35,7 +38,14 @@ counts** (expiry, a relabel that takes its last count) is in no page of the comm
 page that lists it, home or stale, is cleaned: once compaction has dropped a later page and its
 tombstone, an older page still listing it would bring it back. A commit's records are its new
 pages (the tokens it changed, then, in pages of their own, those it moved: they change slowly,
-and such pages stay live for long), then the tombstones of the pages it cleaned.
+and such pages stay live for long), then the tombstones of the pages it cleaned. A commit that
+changes at least as many tokens as the slice holds (an expiry's) writes the whole slice in new
+pages instead, by last seen, and tombstones every other page (:meth:`_Pages.rewrite`).
+
+A page's value is **format 2** (its ``"format"``): its tokens' counts as columns, encoded from
+the model's arrays (``token_table``) with no object per value. Pages of **format 1**, lists of
+``[t, value]`` pairs, written before it (and by a model without ``token_table``), are read
+too: :func:`page_pairs` makes the same pairs of either.
 
 Why any compaction of the log reads back to the live slice: a live page is the last record of
 its key, so it is kept; a tombstoned page's value is dropped no later than its tombstone
