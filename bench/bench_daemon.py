@@ -483,7 +483,9 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
                 started = time.process_time()
                 with no_cyclic_gc():
                     if max_tokens:
-                        model.expire(max_tokens, keep)
+                        # one partition, as in the throughput rounds: the slice is the
+                        # global model, with no sum of slices to follow
+                        model.expire(max_tokens, keep, old_values=False)
                     records = changed_records(model, store)
                     producer.begin_transaction()
                     for key, value in records:

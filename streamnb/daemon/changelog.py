@@ -8,7 +8,10 @@ record per key) keeps exactly what a reader needs:
 =============================  ===============================================================
 record key (JSON)              record value (JSON; ``null`` value = tombstone: the key is gone)
 =============================  ===============================================================
-``[1, "page", n]``             ``[[t, value], ...]``: token page n, values as ``[1, "token", t]``
+``[1, "page", n]``             token page n: ``{"format": 2, "labels": [l, ...], "tokens": [t, ...],
+                               "counts": [[count, ...], ...], "seen": [n, ...]}`` (a column
+                               of counts per label, 0 for none; ``seen`` with stamps), or
+                               (format 1) ``[[t, value], ...]``, values as ``[1, "token", t]``
 ``[1, "totals"]``              ``{"n_docs": {label: n}, "totals": {label: s}}``
 ``[1, "model"]``               a model without finer keys (GDA): its whole ``to_state()``
 ``[1, "entries", r]``          ``[[id, label | null, seq, model input(, clock)], ...]``: run r
@@ -35,7 +38,14 @@ counts** (expiry, a relabel that takes its last count) is in no page of the comm
 page that lists it, home or stale, is cleaned: once compaction has dropped a later page and its
 tombstone, an older page still listing it would bring it back. A commit's records are its new
 pages (the tokens it changed, then, in pages of their own, those it moved: they change slowly,
-and such pages stay live for long), then the tombstones of the pages it cleaned.
+and such pages stay live for long), then the tombstones of the pages it cleaned. A commit that
+changes at least as many tokens as the slice holds (an expiry's) writes the whole slice in new
+pages instead, by last seen, and tombstones every other page (:meth:`_Pages.rewrite`).
+
+A page's value is **format 2** (its ``"format"``): its tokens' counts as columns, encoded from
+the model's arrays (``token_table``) with no object per value. Pages of **format 1**, lists of
+``[t, value]`` pairs, written before it (and by a model without ``token_table``), are read
+too: :func:`page_pairs` makes the same pairs of either.
 
 Why any compaction of the log reads back to the live slice: a live page is the last record of
 its key, so it is kept; a tombstoned page's value is dropped no later than its tombstone
@@ -85,12 +95,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import weakref
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from itertools import compress, repeat
-from operator import is_not
+from operator import eq, is_not, not_
 from typing import Any
 
+import numpy as np
 import orjson
 
 from streamnb.daemon.feedback import Entry, FeedbackStore
@@ -104,10 +115,14 @@ __all__ = [
     "changelog_topic",
     "decode",
     "no_cyclic_gc",
+    "page_pairs",
     "slice_record",
 ]
 
 FORMAT_VERSION = 1
+#: The ``format`` of a token page whose value holds its tokens' counts as columns (a page
+#: whose value is a list of ``[token, value]`` pairs is format 1).
+COLUMNS_PAGE = 2
 
 #: How many token values a page holds at most: a commit makes about one page per this many
 #: changed tokens (a send each), and a token that loses its counts has every page that lists
@@ -325,7 +340,27 @@ class _Pages:
             legacy[token] = bucket
 
     # ------------------------------------------------------------------ writing a commit
-    def commit(self, model: Any, tokens: list, values: list, max_value_bytes: int) -> Records:
+    def _clean(self, page: int, moved: list) -> None:
+        """Take ``page`` out of the index: the tokens whose home it is join ``moved``, and
+        it is no longer a stale page of the others (map and compress: C loops over its up
+        to PAGE_ENTRIES tokens; an expiry cleans most pages of the slice)."""
+        home, stale = self.home, self.stale
+        tokens = self.listed.pop(page)
+        del self.live[page]
+        at_home = list(map(eq, map(home.get, tokens), repeat(page)))
+        here = list(compress(tokens, at_home))
+        moved.extend(here)
+        deque(map(home.__delitem__, here), maxlen=0)
+        others = list(compress(tokens, map(not_, at_home)))
+        theirs = list(map(stale.get, others))
+        # most hold this page as their one stale page (an int; a list never equals one)
+        deque(map(stale.__delitem__, compress(others, map(eq, theirs, repeat(page)))),
+              maxlen=0)
+        for token in compress(others, map(isinstance, theirs, repeat(list))):
+            self._drop_stale(token, page)
+
+    def commit(self, model: Any, tokens: list, values: _Values, max_value_bytes: int
+               ) -> Records:
         """The records of a commit whose changed ``tokens`` (each once) have ``values`` (None:
         the token lost its counts), in the order a reader must apply them."""
         home, live, listed, stale = self.home, self.live, self.listed, self.stale
@@ -339,20 +374,18 @@ class _Pages:
         # tokens move in follows it
         touched = set(left)
         all_tokens = tokens  # and those that lost their counts
-        if None in values:
-            kept_tokens, kept_values, kept_olds = [], [], []
-            for token, value, old in zip(tokens, values, olds, strict=True):
-                if value is not None:
-                    kept_tokens.append(token)
-                    kept_values.append(value)
-                    kept_olds.append(old)
-                    continue
-                # No page may list it any more: an older one would bring it back once
-                # compaction has dropped the later pages and their tombstones.
-                if old is not None:
-                    doomed.add(old)
+        kept = values.kept()
+        if not all(kept):
+            # No page may list a token that lost its counts any more: an older one would
+            # bring it back once compaction has dropped the later pages and their tombstones.
+            gone = list(map(not_, kept))
+            doomed.update(compress(olds, gone))
+            doomed.discard(None)
+            for token in stale.keys() & set(compress(tokens, gone)):
                 doomed.update(self._stale_pages(token))
-            tokens, values, olds = kept_tokens, kept_values, kept_olds
+            tokens = list(compress(tokens, kept))
+            values = values.compress(kept)
+            olds = list(compress(olds, kept))
         # The pages the changed tokens left list a stale value of them now: a dict and set
         # operations (C loops) for the tokens with no stale page yet, most of them.
         had_home = list(map(is_not, olds, repeat(None)))
@@ -363,15 +396,9 @@ class _Pages:
         for page in touched:
             if live[page] < CLEAN_BELOW * len(listed[page]):
                 doomed.add(page)
-        moved = []
+        moved: list = []
         for page in doomed:
-            for token in listed.pop(page):
-                if home.get(token) == page:
-                    del home[token]
-                    moved.append(token)
-                else:
-                    self._drop_stale(token, page)
-            del live[page]
+            self._clean(page, moved)
         # The first commit after the earlier layout moves its tokens into pages.
         if self.legacy:
             changed = set(all_tokens)
@@ -389,12 +416,14 @@ class _Pages:
             # than pages mixed with the tokens every commit changes. With expiry's stamps,
             # in the order they were last seen: an expiry (the least recently seen go) then
             # empties whole pages, to be tombstoned, instead of a share of every page.
-            pairs = [[token, value] for token, value in zip(
-                moved, _token_values(model, moved), strict=True) if value is not None]
-            if pairs and type(pairs[0][1]) is dict and "seen" in pairs[0][1]:
-                pairs.sort(key=_last_seen)
-            self._pages([token for token, _ in pairs], [value for _, value in pairs],
-                        max_value_bytes, records)
+            moved_values = _values_of(model, moved)
+            kept = moved_values.kept()
+            moved, moved_values = list(compress(moved, kept)), moved_values.compress(kept)
+            order = moved_values.by_last_seen()
+            if order is not None:
+                moved = list(map(moved.__getitem__, order))
+                moved_values = moved_values.take(order)
+            self._pages(moved, moved_values, max_value_bytes, records)
         records.extend(_page_record(page, None) for page in sorted(doomed))
         records.extend(_stat_record(key, None) for key in legacy_keys if key[0] == "tokens")
         if len(home) != getattr(model, "vocabulary_size", len(home)):
@@ -403,39 +432,119 @@ class _Pages:
             records.extend(self.rewrite(model, max_value_bytes))
         return records
 
+    def rewrites_whole(self, model: Any, changed: int) -> bool:
+        """Whether a commit of ``changed`` tokens (those that lost their counts included)
+        writes the whole slice instead (:meth:`rewrite`): when they are at least as many as
+        the slice holds (the expiry of a slice's first overrun of its budget: it removes a
+        third of the vocabulary, and most pages, each listing one of them, would be cleaned),
+        the changes' pages and the cleanings' would list about the whole vocabulary anyway,
+        and a rewrite spares the index's bookkeeping of every token's move. Not over the
+        earlier layout, whose records the first commit of pages moves and tombstones."""
+        vocabulary = getattr(model, "vocabulary_size", None)
+        return (vocabulary is not None and bool(self.listed) and not self.legacy_keys
+                and not self.legacy and changed >= vocabulary)
+
     def rewrite(self, model: Any, max_value_bytes: int) -> Records:
+        """Every token of ``model`` in new pages (with expiry's stamps, in the order they were
+        last seen: the next expiry empties whole pages), then the tombstones of every other
+        page (each removes the tokens whose home it still is: those no longer held)."""
         old = sorted(self.listed)
         self.home, self.listed, self.live, self.stale = {}, {}, {}, {}
         tokens = [key[1] for key in model.stat_keys() if key[0] == "token"]
+        values = _values_of(model, tokens)
+        order = values.by_last_seen()
+        if order is not None:
+            tokens, values = list(map(tokens.__getitem__, order)), values.take(order)
         records: Records = []
-        self._pages(tokens, _token_values(model, tokens), max_value_bytes, records)
+        self._pages(tokens, values, max_value_bytes, records)
         records.extend(_page_record(page, None) for page in old)
         return records
 
-    def _pages(self, tokens: list, values: list, max_value_bytes: int,
+    def _pages(self, tokens: list, values: _Values, max_value_bytes: int,
                records: Records) -> None:
         for start in range(0, len(tokens), PAGE_ENTRIES):
-            end = start + PAGE_ENTRIES
-            self._pack(tokens[start:end], values[start:end], max_value_bytes, records)
+            self._pack(tokens, values, start, min(start + PAGE_ENTRIES, len(tokens)),
+                       max_value_bytes, records)
 
-    def _pack(self, tokens: list, values: list, max_value_bytes: int,
-              records: Records) -> None:
-        value = _dumps(list(zip(tokens, values, strict=True)))  # [[t, v], ...]: tuples are arrays
-        if len(value) > max_value_bytes and len(tokens) > 1:
-            half = len(tokens) // 2
-            self._pack(tokens[:half], values[:half], max_value_bytes, records)
-            self._pack(tokens[half:], values[half:], max_value_bytes, records)
+    def _pack(self, tokens: list, values: _Values, start: int, end: int,
+              max_value_bytes: int, records: Records) -> None:
+        """The page of ``tokens[start:end]`` (halved until it fits ``max_value_bytes``)."""
+        page_tokens = tokens[start:end]
+        value = values.page(page_tokens, start, end)
+        if len(value) > max_value_bytes and end - start > 1:
+            half = start + (end - start) // 2
+            self._pack(tokens, values, start, half, max_value_bytes, records)
+            self._pack(tokens, values, half, end, max_value_bytes, records)
             return
         page = self.next_page
         self.next_page += 1
-        self.listed[page] = tokens
-        self.live[page] = len(tokens)
-        self.home.update(dict.fromkeys(tokens, page))
+        self.listed[page] = page_tokens
+        self.live[page] = len(page_tokens)
+        self.home.update(dict.fromkeys(page_tokens, page))
         records.append((_page_key(page), value))
 
 
-def _last_seen(entry: list) -> int:
-    return entry[1].get("seen", 0)
+class _Values:
+    """The values of a list of tokens, each ``{label: count}`` (or, with expiry's stamps,
+    ``{"counts": {label: count}, "seen": n}``; None: no counts), as a page's record holds
+    them: a list of ``[token, value]`` pairs (format 1)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: list) -> None:
+        self.values = values
+
+    def kept(self) -> list[bool]:
+        """Whether each token has counts."""
+        return list(map(is_not, self.values, repeat(None)))
+
+    def compress(self, kept: list[bool]) -> _Values:
+        return _Values(list(compress(self.values, kept)))
+
+    def by_last_seen(self) -> list[int] | None:
+        """The order of the tokens by their last-seen stamps (stable), if they have them."""
+        values = self.values
+        if not (values and type(values[0]) is dict and "seen" in values[0]):
+            return None
+        return sorted(range(len(values)), key=lambda i: values[i].get("seen", 0))
+
+    def take(self, order: list[int]) -> _Values:
+        return _Values(list(map(self.values.__getitem__, order)))
+
+    def page(self, tokens: list, start: int, end: int) -> bytes:
+        return _dumps(list(zip(tokens, self.values[start:end], strict=True)))
+
+
+class _Columns(_Values):
+    """Token values as the model's arrays (``token_table``), a page's record holding them
+    as columns (format 2, ``COLUMNS_PAGE``): no dict per token to make, nor to encode."""
+
+    __slots__ = ("labels", "counts", "seen")
+
+    def __init__(self, labels: list[str], counts: np.ndarray, seen: np.ndarray | None
+                 ) -> None:
+        self.labels, self.counts, self.seen = labels, counts, seen
+
+    def kept(self) -> list[bool]:
+        return self.counts.any(axis=1).tolist()
+
+    def compress(self, kept: list[bool]) -> _Columns:
+        return self.take(np.flatnonzero(kept))
+
+    def by_last_seen(self) -> np.ndarray | None:
+        return None if self.seen is None else np.argsort(self.seen, kind="stable")
+
+    def take(self, order) -> _Columns:
+        return _Columns(self.labels, self.counts[order],
+                        None if self.seen is None else self.seen[order])
+
+    def page(self, tokens: list, start: int, end: int) -> bytes:
+        counts = self.counts[start:end]
+        body = {"format": COLUMNS_PAGE, "labels": self.labels, "tokens": tokens,
+                "counts": [np.ascontiguousarray(counts[:, c]) for c in range(counts.shape[1])]}
+        if self.seen is not None:
+            body["seen"] = self.seen[start:end]
+        return _dumps(body)
 
 
 _PAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -461,13 +570,17 @@ def _stat_values(model: Any, keys: list[tuple]) -> list[Any]:
     return bulk(keys) if bulk is not None else [model.stat_value(key) for key in keys]
 
 
-def _token_values(model: Any, tokens: list) -> list[Any]:
-    """The values of ``tokens``: the model's ``token_values`` if it has one (made from its
-    rows a block at a time), else its values of the keys ``("token", t)``."""
+def _values_of(model: Any, tokens: list) -> _Values:
+    """The values of ``tokens``: the model's ``token_table`` if it has one (its arrays, for
+    columnar pages), else its ``token_values``, else its values of the keys
+    ``("token", t)``."""
+    table = getattr(model, "token_table", None)
+    if table is not None:
+        return _Columns(*table(tokens))
     bulk = getattr(model, "token_values", None)
     if bulk is not None:
-        return bulk(tokens)
-    return _stat_values(model, [("token", token) for token in tokens])
+        return _Values(bulk(tokens))
+    return _Values(_stat_values(model, [("token", token) for token in tokens]))
 
 
 def _token_records(model: Any, tokens: list, max_value_bytes: int,
@@ -476,7 +589,9 @@ def _token_records(model: Any, tokens: list, max_value_bytes: int,
     they leave tombstoned or cleaned (module docstring). ``whole``: every token of the
     model, in pages numbered from 0 (the slice alone, as a compacted log of it holds it)."""
     pages = _Pages() if whole else _pages_of(model)
-    return pages.commit(model, tokens, _token_values(model, tokens), max_value_bytes)
+    if pages.rewrites_whole(model, len(tokens)):
+        return pages.rewrite(model, max_value_bytes)
+    return pages.commit(model, tokens, _values_of(model, tokens), max_value_bytes)
 
 
 def _changed_stat_records(model: Any, max_value_bytes: int) -> Records:
@@ -552,6 +667,39 @@ def _is_token(token: Any) -> bool:
     return type(token) is str or type(token) is int
 
 
+def page_pairs(body: Any) -> list | None:
+    """A token page's value (decoded JSON, of either format) as ``[[token, value], ...]``;
+    None if it is not a page's value."""
+    if isinstance(body, list):
+        if all(type(pair) is list and len(pair) == 2 and _is_token(pair[0]) for pair in body):
+            return body
+        return None
+    if not (type(body) is dict and body.get("format") == COLUMNS_PAGE):
+        return None
+    labels, tokens, counts = body.get("labels"), body.get("tokens"), body.get("counts")
+    seen = body.get("seen")
+    if not (type(labels) is list and all(type(label) is str for label in labels)
+            and type(tokens) is list and all(map(_is_token, tokens))
+            and type(counts) is list and len(counts) == len(labels)
+            and all(type(column) is list and len(column) == len(tokens) for column in counts)
+            and (seen is None or (type(seen) is list and len(seen) == len(tokens)))):
+        return None
+    if len(labels) == 1:
+        (a,) = labels
+        values = [{a: x} if x else {} for x in counts[0]]
+    elif len(labels) == 2:
+        a, b = labels
+        values = [({a: x, b: y} if y else {a: x}) if x else ({b: y} if y else {})
+                  for x, y in zip(*counts, strict=True)]
+    else:
+        values = [{label: x for label, x in zip(labels, row, strict=True) if x}
+                  for row in zip(*counts, strict=True)] if labels else [{} for _ in tokens]
+    if seen is not None:
+        values = [{"counts": value, "seen": stamp}
+                  for value, stamp in zip(values, seen, strict=True)]
+    return [[token, value] for token, value in zip(tokens, values, strict=True)]
+
+
 def decode(key: bytes | None, value: bytes | None, where: str) -> tuple:
     """``("stat", key_tuple, value)`` or ``("feedback", id, Entry-fields or None)``."""
     try:
@@ -582,11 +730,12 @@ def decode(key: bytes | None, value: bytes | None, where: str) -> tuple:
     if kind in ("totals", "model"):
         return ("stat", tuple(parts[1:]), body)
     if kind == "page" and len(parts) == 3 and type(parts[2]) is int and parts[2] >= 0:
-        if body is not None and not (isinstance(body, list) and all(
-                type(pair) is list and len(pair) == 2 and _is_token(pair[0])
-                for pair in body)):
+        if body is None:
+            return ("page", parts[2], None)
+        pairs = page_pairs(body)
+        if pairs is None:
             raise ChangelogError(f"{where}: corrupt token page {parts[2]}")
-        return ("page", parts[2], body)
+        return ("page", parts[2], pairs)
     if kind == "entries" and len(parts) == 3 and type(parts[2]) is int:
         if body is not None and not (isinstance(body, list) and all(
                 isinstance(item, list) and len(item) in (4, 5) and isinstance(item[0], str)

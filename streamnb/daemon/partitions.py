@@ -147,7 +147,7 @@ class Partitions:
         (``TextModel.expire``), and take the same counts out of ``live``; the slice's
         changed keys then hold the tombstones. Returns how many tokens were expired."""
         model = self.slices[key].model
-        before = model.expire(max_tokens, keep)
+        before = model.expire(max_tokens, keep, old_values=self.live is not model)
         if before and self.live is not model and getattr(model, "half_life", None) is not None:
             clock = model.decay_clock
             self.live.add_slice_change({k: (old, model.stat_value(k)) for k, old in

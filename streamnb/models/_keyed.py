@@ -258,6 +258,27 @@ class KeyedTextStatistics:
         return [next(made) if len(key) == 2 and key[0] == "token" else self.stat_value(key)
                 for key in keys]
 
+    def token_table(self, tokens: list) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+        """The counts of ``tokens`` as arrays, for a changelog page to encode as columns:
+        the labels (sorted), a float array of a row per token and a column per label (zeros
+        for a token without counts) and, with last-seen stamps, their stamps (int64; 0 for a
+        token not held). ``token_values`` are the same counts as dicts."""
+        labels = self._labels
+        order = sorted(range(len(labels)), key=labels.__getitem__)
+        rows = np.array(list(map(self._index.get, tokens, repeat(-1))), dtype=np.intp)
+        present = rows >= 0
+        if present.all():
+            table = self._counts[rows][:, order]
+            stamps = self._seen[rows] if self._seen is not None else None
+        else:
+            table = np.zeros((len(tokens), len(order)))
+            table[present] = self._counts[rows[present]][:, order]
+            stamps = None
+            if self._seen is not None:
+                stamps = np.zeros(len(tokens), dtype=np.int64)
+                stamps[present] = self._seen[rows[present]]
+        return [labels[c] for c in order], table, stamps
+
     def token_values(self, tokens: list) -> list[Any]:
         """``[self.stat_value(("token", t)) for t in tokens]``, made a block at a time: the
         tokens' rows are read with one array gather and grouped by which labels they count,

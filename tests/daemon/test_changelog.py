@@ -14,6 +14,7 @@ from streamnb.daemon.changelog import (
     apply_records,
     changed_records,
     decode,
+    page_pairs,
     slice_record,
 )
 from streamnb.daemon.feedback import FeedbackStore, decide
@@ -303,7 +304,7 @@ def page_entries(log):
     for key, value in log:
         name = orjson.loads(key)
         if name[1] == "page":
-            pages[name[2]] = None if value is None else orjson.loads(value)
+            pages[name[2]] = None if value is None else page_pairs(orjson.loads(value))
     return {n: body for n, body in pages.items() if body is not None}
 
 
@@ -370,8 +371,9 @@ def test_pages_fit_the_topic_and_the_live_pages_list_at_most_twice_the_vocabular
         def check(records, log):
             for key, value in records:
                 if orjson.loads(key)[1] == "page" and value is not None:
-                    assert 1 <= len(orjson.loads(value)) <= entries
-                    assert len(value) <= max_value_bytes or len(orjson.loads(value)) == 1
+                    listed = len(page_pairs(orjson.loads(value)))
+                    assert 1 <= listed <= entries
+                    assert len(value) <= max_value_bytes or listed == 1
             live = page_entries(compact(log))
             home = {t: n for n in sorted(live) for t, _ in live[n]}  # the last page listing t
             for n, body in live.items():  # every live page is at least half live
@@ -417,10 +419,47 @@ def test_a_commit_writes_its_changed_tokens_in_a_page_whatever_the_vocabulary():
     model.learn_one({"w1": 1, "w2": 1, "fresh": 1}, "spam")
     records = changed_records(model, store)
     assert [orjson.loads(key) for key, _ in records] == [[1, "page", 10], [1, "totals"]]
-    assert sorted(t for t, _ in orjson.loads(records[0][1])) == ["fresh", "w1", "w2"]
+    assert sorted(t for t, _ in page_pairs(orjson.loads(records[0][1]))) == [
+        "fresh", "w1", "w2"]
     # and the whole slice is its vocabulary in pages, numbered from 0
     whole = [orjson.loads(key) for key, _ in all_records(model, FeedbackStore())]
     assert whole == [[1, "page", n] for n in range(10)] + [[1, "totals"]]
+
+
+def test_a_commit_that_changes_as_many_tokens_as_the_slice_holds_writes_it_whole():
+    """An expiry of most of the vocabulary: the commit writes every token the slice still
+    holds in new pages, in the order they were last seen, then tombstones every earlier page;
+    the log, whole or compacted, restores the slice, and the writer's index goes on."""
+    import random
+
+    model = expiring_model("multinomial")
+    store = FeedbackStore()
+    model.mark_changes()
+    store.mark_changes()
+    log = []
+    for i in range(3):
+        model.learn_one({f"w{i}-{j}": 1 for j in range(3000)}, "ham")
+        log += changed_records(model, store)
+        model.mark_changes()
+    model.learn_one({"late": 1, "w2-1": 1}, "spam")
+    model.expire(2100, 2100)  # 9,001 tokens held, 6,901 expire
+    records = changed_records(model, store)
+    log += records
+    pages = [(orjson.loads(key)[2], value) for key, value in records
+             if orjson.loads(key)[1] == "page"]
+    written = [pair for _, value in pages if value is not None
+               for pair in page_pairs(orjson.loads(value))]
+    assert {token for token, _ in written} == {
+        key[1] for key in model.stat_keys() if key[0] == "token"}
+    assert [value["seen"] for _, value in written] == sorted(
+        value["seen"] for _, value in written)
+    assert sorted(n for n, value in pages if value is None) == list(range(6))
+    model.mark_changes()
+    model.learn_one({"later": 1}, "ham")
+    log += changed_records(model, store)
+    rng = random.Random(5)
+    for records in (log, compact(log), any_compaction(log, rng)):
+        assert restored_from("multinomial", records).to_state() == model.to_state()
 
 
 def test_a_model_that_learned_before_its_changes_were_marked_is_written_whole():
@@ -436,6 +475,150 @@ def test_a_model_that_learned_before_its_changes_were_marked_is_written_whole():
     restored = make_model("multinomial")
     apply_records(restored, FeedbackStore(), "in:0", records)
     assert restored.to_state() == model.to_state()
+
+
+# ------------------------------------------------ page formats: columns, and pairs before
+def as_pairs_page(record):
+    """A page record as the writer before columnar pages made it (format 1): its value the
+    list of ``[token, value]`` pairs."""
+    key, value = record
+    if value is None or orjson.loads(key)[1] != "page":
+        return record
+    return key, orjson.dumps(page_pairs(orjson.loads(value)))
+
+
+def test_a_page_written_before_columnar_pages_restores():
+    """Records as the build before columnar pages wrote them (its bytes, with stamps),
+    read by this one; and this build's own records of the same slice are columnar pages
+    holding the same values."""
+    old = [(b'[1,"page",0]', b'[["cash",{"counts":{"spam":1.0},"seen":1}],["win",{"counts"'
+                             b':{"ham":1.0,"spam":2.0},"seen":2}],["lunch",{"counts":{"ham":'
+                             b'1.0},"seen":2}]]'),
+           (b'[1,"totals"]', b'{"n_docs":{"ham":1.0,"spam":1.0},"totals":{"ham":2.0,'
+                             b'"spam":3.0},"clock":2}'),
+           (b'[1,"entries",0]', b'[["m1","spam",0,{"win":2,"cash":1}]]')]
+    model = expiring_model("multinomial")
+    model.mark_changes()
+    store = FeedbackStore()
+    store.mark_changes()
+    model.learn_one({"win": 2, "cash": 1}, "spam")
+    model.learn_one({"lunch": 1, "win": 1}, "ham")
+    store.remember("m1", "in:0", {"win": 2, "cash": 1}, "spam")
+    restored, restored_store = expiring_model("multinomial"), FeedbackStore()
+    apply_records(restored, restored_store, "in:0", old)
+    assert restored.to_state() == model.to_state()
+    assert restored_store.get("m1").x == {"win": 2, "cash": 1}
+    new = changed_records(model, store)
+    page = orjson.loads(new[0][1])  # (its tokens in the order of a set: any)
+    columns = {token: (ham, spam, seen) for token, ham, spam, seen in zip(
+        page["tokens"], *page["counts"], page["seen"], strict=True)}
+    assert (page["format"], page["labels"]) == (2, ["ham", "spam"])
+    assert columns == {"cash": (0.0, 1.0, 1), "win": (1.0, 2.0, 2), "lunch": (1.0, 0.0, 2)}
+    assert sorted(page_pairs(page)) == sorted(orjson.loads(old[0][1]))
+    assert [(k, v) for k, v in new[1:]] == old[1:]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("kind", KINDS)
+@given(commits=EXPIRING_COMMITS, seed=st.integers(0, 2**32))
+@settings(max_examples=60, deadline=None)
+def test_a_log_of_both_page_formats_restores_exactly_after_any_compaction(
+        layout, kind, commits, seed):
+    """A changelog begun by the build before columnar pages and written on by this one (any
+    page record of either format): it reads back to the live slice whole and after any
+    compaction, and the slice read from it, as the new owner, writes on a log that stays
+    exact."""
+    import random
+
+    import streamnb.daemon.changelog as changelog
+
+    entries, max_value_bytes = layout
+    rng = random.Random(seed)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(changelog, "PAGE_ENTRIES", entries)
+        model, store, log = expiring_log(kind, commits, max_value_bytes)
+        mixed = [as_pairs_page(r) if rng.random() < 0.5 else r for r in log]
+        for records in (mixed, compact(mixed), any_compaction(mixed, rng)):
+            assert restored_from(kind, records).to_state() == model.to_state()
+        mixed = any_compaction(mixed, rng)
+        owner = restored_from(kind, mixed)
+        owner.mark_changes()
+        owner_store = FeedbackStore()
+        owner_store.mark_changes()
+        for event in [("message", "n1", {"win": 1, "new": 2}, "spam"), ("expire", 3, None, None)]:
+            run_expiring(model, store, event)
+            run_expiring(owner, owner_store, event)
+        mixed += changed_records(owner, owner_store, max_value_bytes)
+        for records in (mixed, compact(mixed), any_compaction(mixed, rng)):
+            assert restored_from(kind, records).to_state() == model.to_state()
+
+
+TOKENS = st.one_of(st.text(max_size=6), st.integers(0, 2**40))
+COUNTS = st.one_of(st.just(0.0), st.integers(-3, 50).map(float),
+                   st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False))
+
+
+@given(labels=st.lists(st.text(min_size=1, max_size=5), unique=True, max_size=4),
+       data=st.data(), stamped=st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_a_columnar_page_reads_back_exactly_the_values_it_was_made_of(labels, data, stamped):
+    """Any counts (decayed ones are any float; zero means the label is not counted) and
+    stamps, encoded as a page's columns and decoded: the very values, bit for bit, a
+    page of pairs holds."""
+    import numpy as np
+
+    from streamnb.daemon.changelog import _Columns
+
+    labels = sorted(labels)
+    tokens = data.draw(st.lists(TOKENS, unique=True, min_size=1, max_size=20))
+    counts = np.array([[data.draw(COUNTS) for _ in labels] for _ in tokens]).reshape(
+        len(tokens), len(labels))
+    seen = (np.array([data.draw(st.integers(0, 2**53)) for _ in tokens], dtype=np.int64)
+            if stamped else None)
+    value = _Columns(labels, counts, seen).page(tokens, 0, len(tokens))
+    kind, page, pairs = decode(b'[1,"page",7]', value, "test")
+    expected = []
+    for i, token in enumerate(tokens):
+        held = {label: float(counts[i, c]) for c, label in enumerate(labels) if counts[i, c]}
+        expected.append([token, {"counts": held, "seen": int(seen[i])} if stamped else held])
+    assert (kind, page) == ("page", 7)
+    assert pairs == expected
+    assert orjson.dumps(pairs) == orjson.dumps(expected)  # -0.0 and every float's digits
+    # and a page of pairs of those values decodes to the same
+    assert decode(b'[1,"page",7]', orjson.dumps(expected), "test")[2] == expected
+
+
+@pytest.mark.parametrize("value", [
+    b'{"format":3,"labels":[],"tokens":[],"counts":[]}',
+    b'{"format":2,"labels":["ham"],"tokens":["a","b"],"counts":[[1.0]]}',
+    b'{"format":2,"labels":["ham"],"tokens":["a"],"counts":[[1.0],[2.0]]}',
+    b'{"format":2,"labels":[1],"tokens":["a"],"counts":[[1.0]]}',
+    b'{"format":2,"labels":["ham"],"tokens":[null],"counts":[[1.0]]}',
+    b'{"format":2,"labels":["ham"],"tokens":["a"],"counts":[[1.0]],"seen":[]}',
+    b'{"labels":["ham"],"tokens":["a"],"counts":[[1.0]]}',
+])
+def test_a_corrupt_columnar_page_stops_the_reader(value):
+    with pytest.raises(ChangelogError, match="corrupt token page 3"):
+        decode(b'[1,"page",3]', value, "test")
+
+
+def test_a_model_without_token_arrays_writes_pages_of_pairs():
+    """The pages of a model that has no ``token_table`` (only values by key) are lists of
+    ``[token, value]`` pairs, which every build reads."""
+    from tests.daemon.fakes import CountModel
+
+    model = CountModel()
+    model.mark_changes()
+    store = FeedbackStore()
+    store.mark_changes()
+    model.learn_one({"win": 2, "cash": 1}, "spam")
+    pages = [orjson.loads(v) for k, v in changed_records(model, store)
+             if orjson.loads(k)[1] == "page"]
+    assert len(pages) == 1
+    assert sorted(pages[0]) == [["cash", {"spam": 1.0}], ["win", {"spam": 2.0}]]
+    restored = CountModel()
+    apply_records(restored, FeedbackStore(), "in:0", changed_records(model, store))
+    assert restored.tokens == model.tokens
 
 
 # ------------------------------------------------------- the layout before pages, read on

@@ -78,7 +78,7 @@ def test_every_client_gets_the_same_security_arguments(tmp_path):
     producer = producer_config(settings.kafka, {"out": 2_000_000, "dlq": 1_048_588})
     assert {k: producer[k] for k in common} == common
     assert producer["max_request_size"] == 2_000_000
-    assert producer["batch_size"] == 256 * 1024
+    assert producer["batch_size"] == 1024 * 1024
     # a batch must fit the topic that accepts least, a request the largest record of any
     small = producer_config(settings.kafka, {"out": 2_000_000, "changelog": 3000})
     assert (small["batch_size"], small["max_request_size"]) == (3000, 2_000_000)

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from streamnb.config import load_settings
-from streamnb.daemon.changelog import apply_records
+from streamnb.daemon.changelog import apply_records, page_pairs
 from streamnb.daemon.feedback import FeedbackStore
 from streamnb.daemon.kafka_io import create_topics, end_offsets, produce
 from streamnb.daemon.loop import build_daemon
@@ -43,7 +43,7 @@ def changelog_slices(bootstrap: str, prefix: str) -> tuple[dict, int]:
         apply_records(part, FeedbackStore(), f"{prefix}-in:{p}", items)
         slices[f"{prefix}-in:{p}"] = part
         listed = {token for key, v in items if v is not None and b'"page"' in key
-                  for token, _ in orjson.loads(v)}
+                  for token, _ in page_pairs(orjson.loads(v))}
         gone += len(listed - {key[1] for key in part.stat_keys() if key[0] == "token"})
     return slices, gone
 

@@ -228,3 +228,28 @@ def test_the_batched_step_stamps_as_the_loop_does(batch):
     batched.prequential_many(xs, ys)
     looped._prequential_loop(xs, ys)
     assert batched.to_state() == looped.to_state()
+
+
+@pytest.mark.parametrize("name", TEXT_MODELS)
+@given(steps=STEPS, budget=st.integers(0, 8), keep=st.integers(0, 8), probe=MESSAGE)
+@settings(max_examples=60, deadline=None)
+def test_an_expiry_without_old_values_removes_the_same_tokens(name, steps, budget, keep, probe):
+    """``old_values=False`` (a slice that is the whole model: no sum to follow) expires the
+    very tokens, to the same model and the same changed keys, and lists them with None; the
+    tokens it takes are the start of ``expiry_order`` whatever ties the cut falls in."""
+    keep = min(keep, budget)
+    model, twin = tracked(name), tracked(name)
+    learned = [s for s in steps if s[0] != "commit"]
+    run(model, learned)
+    run(twin, learned)
+    order = model.expiry_order()
+    for n in range(len(order) + 1):
+        assert model._expiry_prefix(n) == order[:n]
+    model.mark_changes()
+    twin.mark_changes()
+    before = model.expire(budget, keep)
+    without = twin.expire(budget, keep, old_values=False)
+    assert list(without) == list(before)
+    assert all(value is None for value in without.values())
+    assert_same_model(twin, model, probe)
+    assert sorted(map(str, twin.changed_keys())) == sorted(map(str, model.changed_keys()))
