@@ -49,12 +49,16 @@ from kafka.errors import (
     UnknownMemberIdError,
 )
 from kafka.partitioner import DefaultPartitioner
-from kafka.protocol.metadata import CoordinatorType
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.structs import MemberState, OffsetAndMetadata
 
 from streamnb.config import KafkaSettings
 from streamnb.daemon.errors import ChangelogTopicError, FencedError
+
+try:  # where kafka-python 3 keeps it; only the start-up lookup of the group coordinator uses it
+    from kafka.protocol.metadata import CoordinatorType
+except ImportError:  # pragma: no cover - another kafka-python: the first commit looks it up
+    CoordinatorType = None
 
 __all__ = [
     "KAFKA_DEFAULT_MAX_MESSAGE_BYTES", "KafkaIO", "KeyHashPartitioner", "Record", "TP",
@@ -413,7 +417,7 @@ class KafkaIO:
         (``send`` waits for it, 2 ms a topic on the local broker, with the first SMS batch's
         records waiting behind it) and the group's coordinator, which
         ``send_offsets_to_transaction`` looks up before its first ``TxnOffsetCommit`` and
-        then retries that after ``retry_backoff_ms`` (11 ms of the first commit, traced in
+        then retries that after ``retry_backoff_ms`` (12 ms of the first commit, traced in
         kafka-python's DEBUG log). The lookup is queued and answered by the producer's network
         thread while the state is read from the changelog. Only topics that exist are asked
         for (asking creates a topic where the broker auto-creates them, and waits up to
@@ -427,8 +431,8 @@ class KafkaIO:
         manager = getattr(self.producer, "_transaction_manager", None)
         lookup = getattr(manager, "_lookup_coordinator", None)
         sender = getattr(self.producer, "_sender", None)
-        if lookup is not None and sender is not None and manager.coordinator(
-                CoordinatorType.GROUP) is None:
+        if (CoordinatorType is not None and lookup is not None and sender is not None
+                and manager.coordinator(CoordinatorType.GROUP) is None):
             lookup(CoordinatorType.GROUP, self.settings.group_id)
             sender.wakeup()
 
@@ -436,7 +440,8 @@ class KafkaIO:
         """Whether the transactional producer knows the group's coordinator (which
         :meth:`_warm_up_producer` asked for)."""
         manager = getattr(self.producer, "_transaction_manager", None)
-        return manager is not None and manager.coordinator(CoordinatorType.GROUP) is not None
+        return (CoordinatorType is not None and manager is not None
+                and manager.coordinator(CoordinatorType.GROUP) is not None)
 
     def subscribe(self) -> None:
         """Join the group (after the state is read: the first rebalance may come at once)."""
