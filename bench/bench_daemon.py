@@ -138,6 +138,21 @@ def _toml_value(value) -> str:
 KAFKA_SETTING_ENV = "STREAMNB_BENCH_KAFKA_SETTING"
 
 
+def setting_lines(line: str) -> str:
+    """A ``--kafka-setting`` as the TOML lines the ``[kafka]`` table ends with: ``key = value``
+    as it is, ``[table] key = value`` as a table of its own (the config's next table follows).
+
+    >>> setting_lines("max_poll_records = 2000")
+    'max_poll_records = 2000'
+    >>> setting_lines("[checkpoint] every_messages = 1000")
+    '[checkpoint]\\nevery_messages = 1000'
+    """
+    if line.startswith("["):
+        table, _, rest = line.partition("]")
+        return f"{table}]\n{rest.strip()}"
+    return line
+
+
 def settings_text(bootstrap: str, topic: str, workdir: Path, group: str) -> str:
     # TOML has no null: an option set to None is left out, which is its default (top_k).
     options = "\n".join(f"{key} = {_toml_value(value)}" for key, value in MAIL_OPTIONS.items()
@@ -155,7 +170,7 @@ output_topic = "{topic}-out"
 dead_letter_topic = "{topic}-dlq"
 group_id = "{group}"
 group_instance_id = "{group}-member"
-{os.environ.get(KAFKA_SETTING_ENV, "")}
+{setting_lines(os.environ.get(KAFKA_SETTING_ENV, ""))}
 [metrics]
 port = 0
 [logging]
@@ -865,7 +880,8 @@ def main() -> int:
                              "blocked, the cyclic collector's share and the other threads' CPU")
     parser.add_argument("--kafka-setting", action="append", default=[], metavar="LINE",
                         help="also time, in the same throughput rounds, the daemon with this "
-                             "line in its [kafka] table (e.g. 'max_poll_records = 2000'); "
+                             "line in its [kafka] table (e.g. 'max_poll_records = 2000'), or in "
+                             "another table (e.g. '[checkpoint] every_messages = 1000'); "
                              "repeatable, one contender each")
     parser.add_argument("--floor", action="store_true",
                         help="also print the CPU per record of the stages every daemon on these "
@@ -931,7 +947,8 @@ def main() -> int:
                   "  [rounds: " + ", ".join(f"{n / t:,.0f}" for t, _ in baseline) + "]")
         for line, times in tuned.items():
             t = statistics.median(w for w, _ in times)
-            print(f"  with [kafka] {line}: daemon {n / t:,.0f} msg/s, ratio {b / t:.3f}  [rounds: "
+            where = line if line.startswith("[") else f"[kafka] {line}"
+            print(f"  with {where}: daemon {n / t:,.0f} msg/s, ratio {b / t:.3f}  [rounds: "
                   + ", ".join(f"{n / w:,.0f}" for w, _ in times) + "]")
         if prepared:
             p = statistics.median(w for w, _ in prepared)

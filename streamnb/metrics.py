@@ -35,8 +35,10 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
+import itertools
 import logging
 import math
+import operator
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -205,9 +207,11 @@ class _ScoreHistogram:
         return h
 
 
-def _cross_entropy(y_true: str, scores: Mapping[str, float]) -> float:
-    """-ln P(true class), clamped like river's ``CrossEntropy``."""
-    return -math.log(min(max(scores.get(y_true, 0.0), 1e-15), 1 - 1e-15))
+def _cross_entropies(items: Iterable[tuple[str, str, Mapping[str, float]]]) -> list[float]:
+    """-ln P(true class) of each ``(y_true, y_pred, scores)``, clamped like river's
+    ``CrossEntropy`` (one comprehension: a function call each was a fifth of the fold's time)."""
+    log, low, high = math.log, 1e-15, 1 - 1e-15
+    return [-log(min(max(scores.get(y_true, 0.0), low), high)) for y_true, _, scores in items]
 
 
 def _exact_auc(is_positive: list[bool], scores: list[float]) -> float:
@@ -245,6 +249,25 @@ def _valid_probability(p) -> float:
     if p >= 0.0:
         return min(p, 1.0)
     return 0.0  # negative or NaN
+
+
+def _labels_of(observations: list[tuple[str, str, dict]]) -> set[str]:
+    """Every class named in ``(y_true, y_pred, scores)`` observations (C loops only)."""
+    return {*map(_first, observations), *map(_second, observations)}.union(
+        *map(_third, observations))
+
+
+def _all_valid(observations: list[tuple[str, str, dict]]) -> bool:
+    """Whether every score of the observations is a float in [0, 1] already, that is what
+    :func:`_valid_probability` would leave as it is (C loops only)."""
+    scores = list(itertools.chain.from_iterable(map(dict.values, map(_third, observations))))
+    if not scores:
+        return True
+    return ({*map(type, scores)} == {float} and not any(map(math.isnan, scores))
+            and min(scores) >= 0.0 and max(scores) <= 1.0)
+
+
+_first, _second, _third = (operator.itemgetter(i) for i in range(3))
 
 
 def _add_counts(cm: rmetrics.ConfusionMatrix, items) -> None:
@@ -664,8 +687,26 @@ class Metrics:
                     new_classes.add(name)
             return name
 
+        pending, self._pending = self._pending, []
+        labels = _labels_of(pending)
+        if (all(type(label) is str for label in labels)
+                and len((classes | self._counter_classes | labels) - {OTHER}) <= self.max_classes
+                and _all_valid(pending)):
+            # The usual batch: there is room for every class it names, so each keeps its name
+            # whatever the order they come in, and every probability is a float in [0, 1]
+            # already: the queued copies are the scores as they are (rebuilding a dict per
+            # observation was most of the fold's time).
+            for label in labels - classes:
+                bounded(label)  # a new class: noted in new_classes
+            batch = pending
+        else:
+            batch = self._bounded_batch(pending, classes, bounded)
+        self._fold_batch(batch, new_classes)
+
+    def _bounded_batch(self, pending: list, classes: set[str], bounded) -> list:
+        """``pending`` with every class name bounded and every probability made valid."""
         batch = []
-        for y_true, y_pred, proba in self._pending:
+        for y_true, y_pred, proba in pending:
             scores: dict[str, float] = {}
             for c, p in proba.items():
                 c = c if c in classes else bounded(c)
@@ -675,8 +716,10 @@ class Metrics:
                 y_pred if y_pred in classes else bounded(y_pred),
                 scores,
             ))
-        self._pending = []
+        return batch
 
+    def _fold_batch(self, batch: list, new_classes: set[str]) -> None:
+        classes = self._classes
         for c in sorted(new_classes):
             classes.add(c)
             # Earlier messages gave this class no probability: they are negatives scored 0.
@@ -686,7 +729,7 @@ class Metrics:
 
         life = self._life
         _add_counts(life.cm, batch)
-        losses = [_cross_entropy(yt, scores) for yt, _, scores in batch]
+        losses = _cross_entropies(batch)
         life.log_loss._mean.update(x=math.fsum(losses) / len(losses), w=len(losses))
         for c, hist in life.auc.items():
             hist.update_many(c, batch)
@@ -707,7 +750,7 @@ class Metrics:
         _add_counts(recent.cm, items)
         recent.rolling_cm.window.extend(((yt, yp), {}) for yt, yp, _ in items)
         if items:
-            losses = [_cross_entropy(yt, scores) for yt, _, scores in items]
+            losses = _cross_entropies(items)
             recent.log_loss._mean.update(x=math.fsum(losses) / len(losses), w=len(losses))
         recent.rolling_ll.window.extend(((yt, scores), {}) for yt, _, scores in items)
         self._recent = recent

@@ -55,6 +55,11 @@ from kafka.structs import MemberState, OffsetAndMetadata
 from streamnb.config import KafkaSettings
 from streamnb.daemon.errors import ChangelogTopicError, FencedError
 
+try:  # where kafka-python 3 keeps it; only the start-up lookup of the group coordinator uses it
+    from kafka.protocol.metadata import CoordinatorType
+except ImportError:  # pragma: no cover - another kafka-python: the first commit looks it up
+    CoordinatorType = None
+
 __all__ = [
     "KAFKA_DEFAULT_MAX_MESSAGE_BYTES", "KafkaIO", "KeyHashPartitioner", "Record", "TP",
     "client_config", "murmur2",
@@ -408,6 +413,39 @@ class KafkaIO:
             # A topic created after start-up is noticed (and assigned) within this time.
             metadata_max_age_ms=10_000,
         )
+        self._warm_up_producer()
+
+    def _warm_up_producer(self) -> None:
+        """Ask now what the producer would otherwise find out in the loop, on its first
+        prediction and its first commit: the metadata of the output and changelog topics
+        (``send`` waits for it, 2 ms a topic on the local broker, with the first SMS batch's
+        records waiting behind it) and the group's coordinator, which
+        ``send_offsets_to_transaction`` looks up before its first ``TxnOffsetCommit`` and
+        then retries that after ``retry_backoff_ms`` (12 ms of the first commit, traced in
+        kafka-python's DEBUG log). The lookup is queued and answered by the producer's network
+        thread while the state is read from the changelog. Only topics that exist are asked
+        for (asking creates a topic where the broker auto-creates them, and waits up to
+        ``max_block_ms`` where it does not): the dead-letter topic, or an output topic not
+        created yet, is left to its first record, as before."""
+        for topic in (self.settings.output_topic, *self.changelogs.values()):
+            if self.consumer.partitions_for_topic(topic):  # known to exist (cached metadata)
+                self.producer.partitions_for(topic)
+        # kafka-python has no public call for it: another version without these members
+        # simply looks the coordinator up in its first commit, as before.
+        manager = getattr(self.producer, "_transaction_manager", None)
+        lookup = getattr(manager, "_lookup_coordinator", None)
+        sender = getattr(self.producer, "_sender", None)
+        if (CoordinatorType is not None and lookup is not None and sender is not None
+                and manager.coordinator(CoordinatorType.GROUP) is None):
+            lookup(CoordinatorType.GROUP, self.settings.group_id)
+            sender.wakeup()
+
+    def group_coordinator_known(self) -> bool:
+        """Whether the transactional producer knows the group's coordinator (which
+        :meth:`_warm_up_producer` asked for)."""
+        manager = getattr(self.producer, "_transaction_manager", None)
+        return (CoordinatorType is not None and manager is not None
+                and manager.coordinator(CoordinatorType.GROUP) is not None)
 
     def subscribe(self) -> None:
         """Join the group (after the state is read: the first rebalance may come at once)."""

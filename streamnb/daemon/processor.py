@@ -104,17 +104,21 @@ class RecordProcessor:
             run: list[_NewMessage] = []
             run_ids: set[str] = set()
             # Per partition of the batch, its slice key if owned (None: revoked while the
-            # batch was in flight, its new owner reads it) and whether it is scored in runs:
-            # neither changes while the lock is held.
-            partitions: dict[tuple[str, int], tuple[str | None, bool]] = {}
+            # batch was in flight, its new owner reads it), whether it is scored in runs, and
+            # its feedback store: none changes while the lock is held.
+            partitions: dict[tuple[str, int], tuple[str | None, bool, Any]] = {}
+            # Whether any message may join a run (decay moves the clock at every learn; an
+            # explanation is computed on the model that predicted): the same for the batch.
+            runs_possible = getattr(self.live, "half_life", None) is None
             for index, record in enumerate(records):
                 tp = (record.topic, record.partition)
                 known = partitions.get(tp)
                 if known is None:
                     key = slice_key(tp)
-                    known = partitions[tp] = ((key, self._batches(key)) if key in self.slices
-                                              else (None, False))
-                key, batches = known
+                    known = partitions[tp] = (
+                        (key, runs_possible and self._batches(key), self._store(key))
+                        if key in self.slices else (None, False, None))
+                key, batches, store = known
                 if key is None:
                     continue
                 started = time.perf_counter()
@@ -122,7 +126,7 @@ class RecordProcessor:
                 if result is not None and result[0] == MESSAGE and result[5]:
                     self._featurizer_noted(result[1], result[5])
                 if batches:
-                    new = self._read_new(record, key, result, run_ids, started)
+                    new = self._read_new(record, key, store, result, run_ids, started)
                     if new is not None:
                         run.append(new)
                         run_ids.add(new.msg_id)
@@ -150,21 +154,24 @@ class RecordProcessor:
         )
 
     def _read_new(
-        self, record, key: str, result: tuple | None, run_ids: set[str], started: float
+        self, record, key: str, store: FeedbackStore, result: tuple | None, run_ids: set[str],
+        started: float
     ) -> _NewMessage | None:
         """``record`` as a plain new message: decoded, its label allowed, featurized, its id
-        neither remembered nor among ``run_ids`` (earlier in the run). None otherwise, with
-        nothing done: the per-record path then handles it (dead letter, feedback, duplicate
-        id)."""
+        neither remembered (in ``store``, its slice's) nor among ``run_ids`` (earlier in the
+        run). None otherwise, with nothing done: the per-record path then handles it (dead
+        letter, feedback, duplicate id). The caller has checked that the live model does not
+        decay (every learn moves its clock: one message at a time)."""
         if result is None or result[0] != MESSAGE:
             return None  # too large, a decode error, feedback, or rejected by the featurizer
-        if getattr(self.live, "half_life", None) is not None:
-            return None  # decay: every learn moves the clock, one message at a time
-        msg_id, label, x, x_json = result[1:5]
-        if not self._label_allowed(label) or msg_id in self._store(key) or msg_id in run_ids:
+        _, msg_id, label, x, x_json = result[:5]
+        if label is None:
+            if self.explain_k:
+                # An explanation is computed on the model that predicted: one at a time.
+                return None
+        elif self.labels and label not in self.labels:
             return None
-        if label is None and self.explain_k:
-            # An explanation is computed on the model that predicted: one message at a time.
+        if msg_id in store or msg_id in run_ids:
             return None
         if not self._fits_state(key, msg_id, x_json, label):
             return None
@@ -186,15 +193,15 @@ class RecordProcessor:
                 self._predict_and_learn(new)
                 self.offsets[new.key] = new.record.offset + 1
             return
-        slices = self.parts.slices
+        slices, live, offsets = self.parts.slices, self.live, self.offsets
         for new, proba in zip(run, probas, strict=True):
-            self._record_scored(new, proba, updates)
+            part = slices[new.key]
+            self._record_scored(new, part.store, proba, updates)
             if new.label is not None:
                 updates += 1
-                model = slices[new.key].model
-                if model is not self.live:  # the live model learned it in the batch step
-                    model.learn_one(new.x, new.label)
-            self.offsets[new.key] = new.record.offset + 1
+                if part.model is not live:  # the live model learned it in the batch step
+                    part.model.learn_one(new.x, new.label)
+            offsets[new.key] = new.record.offset + 1
 
     def _flush_tally(self) -> None:
         for (name, arg), n in self._tally.items():
@@ -291,21 +298,24 @@ class RecordProcessor:
             self._apply_label(msg_id, entry, label)
         self._latencies.append(time.perf_counter() - new.started)
 
-    def _record_scored(self, new: _NewMessage, proba: dict, model_updates: int) -> None:
+    def _record_scored(self, new: _NewMessage, store: FeedbackStore, proba: dict,
+                       model_updates: int) -> None:
         """What :meth:`_predict_and_learn` does besides the model's step, for a new message
         whose prediction is ``proba`` and which the model has already learned if labelled;
-        ``model_updates`` is the live model's update count when it was predicted."""
+        ``store`` is its slice's feedback store, ``model_updates`` the live model's update
+        count when it was predicted."""
         msg_id, label = new.msg_id, new.label
+        tally = self._tally
         if label is None:
-            self._tally["consumed", "unlabelled"] += 1
-            self._store(new.key).remember(msg_id, new.key, new.x_json, None)
+            tally["consumed", "unlabelled"] += 1
+            store.remember(msg_id, new.key, new.x_json, None)
             self._emit(msg_id, self._label_of(proba), proba, new.record, new.started,
                        model_updates)
             return
-        self._tally["consumed", "labelled"] += 1
+        tally["consumed", "labelled"] += 1
         self.metrics.observe_labelled(label, self._label_of(proba), proba)
-        self._tally["learned", label] += 1
-        self._store(new.key).remember(msg_id, new.key, new.x_json, label)
+        tally["learned", label] += 1
+        store.remember(msg_id, new.key, new.x_json, label)
         self._latencies.append(time.perf_counter() - new.started)
 
     def _feedback(self, feedback: Feedback, record) -> None:

@@ -63,3 +63,38 @@ def test_a_score_histogram_fed_a_batch_equals_one_update_each(observations):
     for y_true, _ in observations:
         zero.update(y_true == "spam", 0.0)
     assert absent.to_state() == zero.to_state()
+
+
+class _Probability(float):
+    """A float that is not exactly ``float``: the fold then takes its general path, which
+    rebuilds each observation's scores (bounded class names, probabilities made valid)."""
+
+
+probability_ = st.one_of(st.floats(0.0, 1.0), st.sampled_from([-0.5, 1.5, math.nan]))
+observations_ = st.lists(
+    st.tuples(st.sampled_from(["ham", "spam", "other"]), st.sampled_from(["ham", "spam"]),
+              st.dictionaries(st.sampled_from(["ham", "spam", "other"]),
+                              probability_, min_size=1)),
+    max_size=80)
+
+
+@settings(max_examples=150, deadline=None)
+@given(observations_, st.lists(st.integers(0, 80), max_size=4), st.integers(1, 30))
+def test_the_folds_quick_path_counts_what_its_general_path_counts(observations, folds, window):
+    """Batches whose classes all fit and whose probabilities are floats in [0, 1] are folded
+    as queued; the state is the one the general path gives for the same values (and a batch
+    with a probability out of range takes the general path)."""
+    quick, general = Metrics(window=window), Metrics(window=window)
+    for i, (y_true, y_pred, proba) in enumerate(observations):
+        quick.observe_labelled(y_true, y_pred, proba)
+        general.observe_labelled(y_true, y_pred,
+                                 {c: _Probability(p) for c, p in proba.items()})
+        if i in folds:  # a fold midway, as a scrape makes
+            assert quick.to_state() == general.to_state()
+    assert quick.to_state() == general.to_state()
+    for window_ in ("lifetime", "recent"):
+        for name in ("streamnb_prequential_accuracy", "streamnb_prequential_log_loss",
+                     "streamnb_prequential_roc_auc"):
+            a, b = quick.sample(name, window=window_), general.sample(name, window=window_)
+            assert (a == b) or (a is not None and b is not None and math.isnan(a)
+                                and math.isnan(b)), (name, window_, a, b)
