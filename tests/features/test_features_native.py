@@ -317,6 +317,52 @@ def test_header_lines_end_refuses_what_is_not_bytes():
         _tokens.header_lines_end("From: a\n")
 
 
+@settings(max_examples=1000, deadline=None)
+@given(data=st.one_of(
+    st.lists(st.sampled_from([b"=", b"?", b"=?", b"?=", b"a", b"\n", b"\x00", b"\xff"]),
+             max_size=30).map(b"".join),
+    st.binary(max_size=60),
+))
+@example(data=b"?=")
+@example(data=b"=" * 100 + b"?")
+def test_has_encoded_word_is_the_bytes_search(data):
+    assert _tokens.has_encoded_word(data) == (b"=?" in data)
+
+
+def test_has_encoded_word_refuses_what_is_not_bytes():
+    with pytest.raises(TypeError, match="bytes"):
+        _tokens.has_encoded_word("=?utf-8?q?a?=")
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(st.one_of(st.text(max_size=6), st.integers(-3, 3), st.binary(max_size=3)),
+                     max_size=400),
+       n=st.integers(-1, 5000), deleted=st.integers(0, 5))
+def test_a_reserved_counter_counts_as_a_new_one(keys, n, deleted):
+    reserved: Counter = Counter()
+    _tokens.reserve(reserved, n)
+    expected: Counter = Counter()
+    for counts in (reserved, expected):
+        counts.update(keys)
+        for key in list(counts)[:deleted]:
+            del counts[key]
+        counts.update(keys[::2])
+    assert reserved == expected and list(reserved.items()) == list(expected.items())
+    assert type(reserved) is Counter
+
+
+def test_reserve_leaves_a_dict_that_is_not_empty_as_it_is():
+    counts = {"a": 1, "b": 2}
+    _tokens.reserve(counts, 1000)
+    assert counts == {"a": 1, "b": 2}
+    counts.clear()  # empty again: reserved, and still a working dict
+    _tokens.reserve(counts, 1000)
+    counts.update(dict.fromkeys(map(str, range(2000)), 1))
+    assert len(counts) == 2000 and counts["1999"] == 1
+    with pytest.raises(TypeError):
+        _tokens.reserve([], 10)
+
+
 def layout_in_python(block, shortest, longest, shapes, counts=None):
     counts = Counter() if counts is None else counts
     featurizer._add_header_layout(block, shortest, longest, shapes, counts)
