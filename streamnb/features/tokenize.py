@@ -312,9 +312,16 @@ class Tokenizer:
             # only text with Han runs has run or pair tokens; the rest keeps the fast path
             counts = Counter(self.words(text))
             return counts, counts.total()
+        if not han and self._native is not None:  # prepared and counted in one call
+            counts = Counter()
+            n_words = self._native.count_prepared(
+                text, counts, _NON_ASCII_SEPARATORS, self.options.lowercase
+            )
+            if n_words is not None:
+                return counts, n_words
         text = self._prepare(text)
         if not han:
-            if self._native is not None:
+            if self._native is not None:  # a character str.lower() makes more than one of
                 counts = Counter()
                 return counts, self._native.count(text, counts)
             counts = self._count_text(text)
