@@ -187,7 +187,10 @@ class ParsedMail:
     @property
     def text(self) -> str:
         """All visible text of the mail's text parts, one part after another."""
-        return "\n".join(p.text for p in self.parts)
+        parts = self.parts
+        if len(parts) == 1:  # most mail: the part's own str, not a copy
+            return parts[0].text
+        return "\n".join([p.text for p in parts])
 
 
 class Budget:
