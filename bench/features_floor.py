@@ -30,10 +30,11 @@ if str(REPO) not in sys.path:
 
 from bench.bench_features import load_corpus, stdlib_tokens  # noqa: E402
 from streamnb.features import Featurizer  # noqa: E402
-from streamnb.features.featurizer import _mime_tokens  # noqa: E402
+from streamnb.features.featurizer import _expected_tokens, _mime_tokens  # noqa: E402
 from streamnb.features.html import html_to_text  # noqa: E402
 from streamnb.features.mail import SECOND_LEVEL_LABELS, Budget, _wanted_headers  # noqa: E402
 from streamnb.features.native import _tokens as native_module  # noqa: E402
+from streamnb.features.tokenize import _NON_ASCII_SEPARATORS  # noqa: E402
 
 
 def best_of(rounds: int, fn: Callable[[object], object], items: list) -> float:
@@ -56,10 +57,16 @@ def main(argv: list[str] | None = None) -> None:
     featurizer = Featurizer()
     tokenizer, options = featurizer.tokenizer, featurizer.options
     mails = [featurizer.read(raw) for raw in messages]
-    ascii_texts, other_texts = [], []
+    ascii_texts, other_texts = [], []  # prepared (lower-cased, separators made spaces)
+    raw_ascii, raw_other, raw_han = [], [], []  # as the C calls take them
     for mail in mails:
-        text = tokenizer._prepare(mail.text)
+        raw = mail.text
+        text = tokenizer._prepare(raw)
         (ascii_texts if text.isascii() else other_texts).append(text)
+        if raw.isascii():
+            raw_ascii.append(raw)
+        else:
+            (raw_han if tokenizer._has_han(raw) else raw_other).append(raw)
     header_texts = [  # per mail: (prefix, lower-case text) of each field tokenized
         [
             (name + ":", "\n".join(values).lower())
@@ -111,11 +118,23 @@ def main(argv: list[str] | None = None) -> None:
             )
             return counts
 
+        def native_body_words(texts: tuple[str, str, str]) -> None:
+            ascii_text, other_text, han_text = texts
+            if ascii_text is not None:  # lower-cased as it is read
+                native.count(ascii_text, Counter(), None, options.lowercase)
+            if other_text is not None:  # prepared and counted in one call
+                native.count_prepared(
+                    other_text, Counter(), _NON_ASCII_SEPARATORS, options.lowercase
+                )
+            if han_text is not None:  # its words but the Chinese segmentation
+                native.count(tokenizer._prepare(han_text), Counter())
+
+        body_texts = (
+            [(t, None, None) for t in raw_ascii] + [(None, t, None) for t in raw_other]
+            + [(None, None, t) for t in raw_han]
+        )
         c_steps = {
-            "body words (_tokens.WordCounter.count)": (
-                lambda t: native.count(t, Counter()),
-                ascii_texts + other_texts,
-            ),
+            "body words (WordCounter.count/count_prepared)": (native_body_words, body_texts),
             "header words and addresses (_tokens)": (native_header_words, mails),
             "header layout (_tokens.header_layout)": (
                 lambda block: native_module.header_layout(
@@ -145,7 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.corpus}: {n} messages, best of {args.rounds} passes, CPU us per message")
 
     def body_words(mail):
-        return featurizer._count(mail.text, Budget(options), urls=False)
+        text = mail.text
+        expected = _expected_tokens(text, mail)  # the size the featurizer makes the counts
+        return featurizer._count(text, Budget(options), urls=False, expected=expected)
 
     def header_layout(mail):
         counts: Counter[str] = Counter()

@@ -307,7 +307,7 @@ typedef struct {
     const void *data;
     Py_ssize_t n;
     int ascii;         /* data holds only ASCII */
-    Py_UCS1 *lowered;  /* count(lower=True): an ASCII text lower-cased, owned */
+    void *lowered;     /* count(lower=True), count_prepared(): the text read, owned */
     PyObject *prefix;  /* NULL: none */
     uint64_t seed;    /* the hash of the prefix */
     PyObject *list;   /* words(): the list the words go to */
@@ -375,13 +375,14 @@ state_init(ScanState *st, int kind, const void *data, Py_ssize_t n, int ascii, i
             PyErr_SetString(PyExc_ValueError, "lower=True needs an ASCII text");
             return -1;
         }
-        st->lowered = PyMem_Malloc((size_t)n + 1);
-        if (st->lowered == NULL)
+        Py_UCS1 *lowered = PyMem_Malloc((size_t)n + 1);
+        if (lowered == NULL)
             return PyErr_NoMemory(), -1;
         const Py_UCS1 *from = data;
         for (Py_ssize_t k = 0; k < n; k++)
-            st->lowered[k] = (Py_UCS1)Py_TOLOWER(from[k]);
-        st->data = st->lowered;
+            lowered[k] = (Py_UCS1)Py_TOLOWER(from[k]);
+        st->lowered = lowered;
+        st->data = lowered;
     }
     /* about one distinct word per 25 characters of mail text; the table grows if not */
     if (table_init(&st->table, n / 25) < 0) {
@@ -473,6 +474,131 @@ WordCounter_count(WordCounter *self, PyObject *args, PyObject *kwargs)
     state_free(&st);
     return PyLong_FromSsize_t(words);
 }
+
+PyDoc_STRVAR(count_prepared_doc,
+"count_prepared(text, counts, separators, lower) -> int | None\n\n"
+"``count(prepared, counts)`` of ``prepared``, ``text`` as the tokenizer prepares a text that is\n"
+"not ASCII: lower-cased (``lower``: ``str.lower()``), then each character of ``separators``\n"
+"(none of them ASCII) made a space. None, having counted nothing, where ``str.lower()`` is not one code point for\n"
+"one (U+0130, two code points; U+03A3, final or not by its context): Python prepares those.");
+
+/* A character of 128 or more as the tokenizer prepares a text that is not ASCII (lower-cased,
+ * a separator made a space); (Py_UCS4)-1 for the two that str.lower() does not map one for
+ * one: U+0130 (two code points) and U+03A3 (final sigma or not, by its context). Every other
+ * character's str.lower() is its simple lower-case mapping, Py_UNICODE_TOLOWER: tests/features
+ * compares the two over every code point. */
+typedef struct {
+    int lower;
+    int kind;
+    const void *data;
+    Py_ssize_t n;
+    Py_UCS4 first, last; /* the range of the separators */
+} Separators;
+
+static inline Py_UCS4
+prepared_char(Py_UCS4 c, int lower, const Separators *sep)
+{
+    if (lower) {
+        if (c == 0x130 || c == 0x3a3)
+            return (Py_UCS4)-1;
+        c = Py_UNICODE_TOLOWER(c);
+    }
+    if (c >= sep->first && c <= sep->last)
+        for (Py_ssize_t j = 0; j < sep->n; j++)
+            if (PyUnicode_READ(sep->kind, sep->data, j) == c)
+                return ' ';
+    return c;
+}
+
+/* out[0:n] = the prepared in[0:n], of the same kind; returns the widest character written, or
+ * (Py_UCS4)-1 where Python must prepare the text. One pass: an ASCII character is a table
+ * look-up, and nearly all of a mail's text is ASCII. */
+#define PREPARE_AS(T, MAX)                                                                  \
+    do {                                                                                    \
+        const T *in = data;                                                                 \
+        T *out = prepared;                                                                  \
+        for (Py_ssize_t k = 0; k < n; k++) {                                                \
+            Py_UCS4 c = in[k];                                                              \
+            if (c < 128)                                                                    \
+                c = lower ? (Py_UCS4)Py_TOLOWER(c) : c;                                     \
+            else {                                                                          \
+                c = prepared_char(c, lower, &sep);                                          \
+                if (c == (Py_UCS4)-1 || c > (MAX))                                          \
+                    goto python_prepares;                                                   \
+                if (c > widest)                                                             \
+                    widest = c;                                                             \
+            }                                                                               \
+            out[k] = (T)c;                                                                  \
+        }                                                                                   \
+    } while (0)
+
+static PyObject *
+WordCounter_count_prepared(WordCounter *self, PyObject *args)
+{
+    PyObject *text, *counts, *separators;
+    int lower;
+    if (!PyArg_ParseTuple(args, "UO!Up:count_prepared", &text, &PyDict_Type, &counts,
+                          &separators, &lower))
+        return NULL;
+    const int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    const Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Separators sep = {lower, PyUnicode_KIND(separators), PyUnicode_DATA(separators),
+                      PyUnicode_GET_LENGTH(separators), 0x10ffff, 0};
+    for (Py_ssize_t j = 0; j < sep.n; j++) {
+        Py_UCS4 c = PyUnicode_READ(sep.kind, sep.data, j);
+        if (c < 128) {
+            PyErr_SetString(PyExc_ValueError, "count_prepared: the separators must not be ASCII");
+            return NULL;
+        }
+        sep.first = c < sep.first ? c : sep.first;
+        sep.last = c > sep.last ? c : sep.last;
+    }
+    void *prepared = PyMem_Malloc((size_t)(n > 0 ? n : 1) * (size_t)kind);
+    if (prepared == NULL)
+        return PyErr_NoMemory();
+    Py_UCS4 widest = 0; /* of the characters of 128 or more */
+    if (kind == PyUnicode_1BYTE_KIND)
+        PREPARE_AS(Py_UCS1, 0xff);
+    else if (kind == PyUnicode_2BYTE_KIND)
+        PREPARE_AS(Py_UCS2, 0xffff);
+    else
+        PREPARE_AS(Py_UCS4, 0x10ffff);
+    /* Most of a mail's text that is not ASCII is ASCII once its quotes and spaces are made
+     * spaces: in 1-byte characters, its words are made with one copy each. */
+    int out_kind = widest < 256 ? PyUnicode_1BYTE_KIND
+                   : widest < 65536 ? PyUnicode_2BYTE_KIND : PyUnicode_4BYTE_KIND;
+    if (out_kind < kind) {
+        void *narrow = PyMem_Malloc((size_t)(n > 0 ? n : 1) * (size_t)out_kind);
+        if (narrow == NULL) {
+            PyMem_Free(prepared);
+            return PyErr_NoMemory();
+        }
+        for (Py_ssize_t k = 0; k < n; k++)
+            PyUnicode_WRITE(out_kind, narrow, k, PyUnicode_READ(kind, prepared, k));
+        PyMem_Free(prepared);
+        prepared = narrow;
+    }
+    else
+        out_kind = kind;
+    ScanState st;
+    if (state_init(&st, out_kind, prepared, n, widest == 0, 0, NULL) < 0) {
+        PyMem_Free(prepared);
+        return NULL;
+    }
+    st.lowered = prepared; /* owned by the state from here */
+    Py_ssize_t words = scan_text(self, &st, emit_count);
+    if (words < 0 || add_counts(&st, counts) < 0) {
+        state_free(&st);
+        return NULL;
+    }
+    state_free(&st);
+    return PyLong_FromSsize_t(words);
+python_prepares:
+    PyMem_Free(prepared);
+    Py_RETURN_NONE;
+}
+#undef PREPARE_AS
 
 PyDoc_STRVAR(words_doc,
 "words(text) -> list[str]\n\n"
@@ -1622,6 +1748,70 @@ is_han(Py_UCS4 c)
            || (c >= 0xf900 && c <= 0xfaff) || (c >= 0x20000 && c <= 0x2ebef);
 }
 
+PyDoc_STRVAR(has_encoded_word_doc,
+"has_encoded_word(data) -> bool\n\n"
+"``b\"=?\" in data``, with memchr over the ``?``s: Python's search for a two-byte needle\n"
+"steps through a mail's header block a byte or two at a time.");
+
+static PyObject *
+has_encoded_word(PyObject *Py_UNUSED(module), PyObject *data)
+{
+    if (!PyBytes_Check(data)) {
+        PyErr_Format(PyExc_TypeError, "has_encoded_word() takes bytes, not %.100s",
+                     Py_TYPE(data)->tp_name);
+        return NULL;
+    }
+    const char *b = PyBytes_AS_STRING(data);
+    const Py_ssize_t n = PyBytes_GET_SIZE(data);
+    for (Py_ssize_t i = 1; i < n;) {
+        const char *q = memchr(b + i, '?', (size_t)(n - i));
+        if (q == NULL)
+            break;
+        if (q[-1] == '=')
+            Py_RETURN_TRUE;
+        i = q - b + 1;
+    }
+    Py_RETURN_FALSE;
+}
+
+PyDoc_STRVAR(reserve_doc,
+"reserve(counts, n) -> None\n\n"
+"Gives the empty dict ``counts`` (a Counter too) a table that holds ``n`` keys, so that\n"
+"counting a mail's few hundred tokens into it does not grow it seven times over. Nothing\n"
+"else changes: a dict that is not empty, ``n`` under 9, or a Python where dicts are built\n"
+"otherwise (3.13 and later, free threading) are left as they are.");
+
+/* The table of a presized dict moved into an empty one: CPython 3.11 and 3.12 have no way
+ * to presize a dict subclass, and a Counter's seven resizes (8 to 512 slots) cost about 4 us
+ * a mail. Both dicts are empty, so swapping their key tables changes no content. */
+static PyObject *
+reserve(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *counts;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!n:reserve", &PyDict_Type, &counts, &n))
+        return NULL;
+#if PY_VERSION_HEX < 0x030D0000 && !defined(Py_GIL_DISABLED)
+    PyDictObject *d = (PyDictObject *)counts;
+    if (d->ma_used == 0 && d->ma_values == NULL && n > 8) {
+        PyObject *sized = _PyDict_NewPresized(n < (1 << 16) ? n : (1 << 16));
+        if (sized == NULL)
+            return NULL;
+        PyDictObject *s = (PyDictObject *)sized;
+        if (s->ma_used == 0 && s->ma_values == NULL) {
+            PyDictKeysObject *keys = d->ma_keys;
+            d->ma_keys = s->ma_keys;
+            s->ma_keys = keys; /* freed with ``sized`` */
+        }
+        Py_DECREF(sized);
+    }
+#else
+    (void)counts;
+    (void)n;
+#endif
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(has_han_doc,
 "has_han(text) -> bool\n\n"
 "Whether ``text`` holds a Han character (``tokenize._HAN_CHAR_RE.search(text)``): one pass\n"
@@ -1653,6 +1843,8 @@ has_han(PyObject *Py_UNUSED(module), PyObject *text)
 
 static PyMethodDef module_methods[] = {
     {"has_han", (PyCFunction)has_han, METH_O, has_han_doc},
+    {"has_encoded_word", (PyCFunction)has_encoded_word, METH_O, has_encoded_word_doc},
+    {"reserve", (PyCFunction)reserve, METH_VARARGS, reserve_doc},
     {"first_values", (PyCFunction)first_values, METH_VARARGS, first_values_doc},
     {"count_url_tokens", (PyCFunction)count_url_tokens, METH_VARARGS, count_url_tokens_doc},
     {"header_lines_end", (PyCFunction)header_lines_end, METH_VARARGS, header_lines_end_doc},
@@ -1725,6 +1917,8 @@ WordCounter_dealloc(WordCounter *self)
 static PyMethodDef WordCounter_methods[] = {
     {"count", (PyCFunction)(void (*)(void))WordCounter_count, METH_VARARGS | METH_KEYWORDS,
      count_doc},
+    {"count_prepared", (PyCFunction)WordCounter_count_prepared, METH_VARARGS,
+     count_prepared_doc},
     {"words", (PyCFunction)WordCounter_words, METH_O, words_doc},
     {"count_address_field", (PyCFunction)WordCounter_count_address_field, METH_VARARGS,
      count_address_field_doc},

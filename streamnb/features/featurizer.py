@@ -102,7 +102,8 @@ class Featurizer:
     def _from_mail(self, mail: ParsedMail, budget: Budget) -> Features:
         options = self.options
         text = mail.text
-        counts, n_words = self._count(text, budget, urls=False)
+        expected = _expected_tokens(text, mail)
+        counts, n_words = self._count(text, budget, urls=False, expected=expected)
         hosts = None
         # URL tokens from the markup of HTML parts: links are not visible text
         if options.meta_features:  # which needs the hosts themselves
@@ -164,11 +165,13 @@ class Featurizer:
             hashed[f"#{stable_bucket(token, n_buckets)}"] += n
         return hashed
 
-    def _count(self, text: str, budget: Budget, urls: bool = True) -> tuple[Counter[str], int]:
+    def _count(
+        self, text: str, budget: Budget, urls: bool = True, expected: int = 0
+    ) -> tuple[Counter[str], int]:
         if budget.out_of_time():
             return Counter(), 0
         return self.tokenizer.count_words(
-            text, self.options.max_tokens, lambda: budget.exceeded("max_tokens"), urls
+            text, self.options.max_tokens, lambda: budget.exceeded("max_tokens"), urls, expected
         )
 
     def _header_tokens(self, mail: ParsedMail) -> Counter[str]:
@@ -221,6 +224,12 @@ class Featurizer:
             if not self.options.address_words:
                 value = " ".join(pieces[0::2])  # each address made a space
         self.tokenizer.count_prefixed(prefix, value, counts)
+
+
+def _expected_tokens(text: str, mail: ParsedMail) -> int:
+    """About how many distinct tokens a mail gives with the header tokens (on SpamAssassin,
+    the tokens are 0.8-1.4 times this for nine mails in ten): the size its counts are made."""
+    return 50 + min(len(text), 20_000) // 25 + len(mail.header_block) // 10
 
 
 def _add_header_layout(

@@ -187,7 +187,10 @@ class ParsedMail:
     @property
     def text(self) -> str:
         """All visible text of the mail's text parts, one part after another."""
-        return "\n".join(p.text for p in self.parts)
+        parts = self.parts
+        if len(parts) == 1:  # most mail: the part's own str, not a copy
+            return parts[0].text
+        return "\n".join([p.text for p in parts])
 
 
 class Budget:
@@ -269,7 +272,7 @@ def read_mail(
     headers = _parse_headers(header_block, _wanted_headers(options.header_fields), c)
     # 8-bit text with no (usable) charset of its own is read with one the message declares
     # elsewhere: in an encoded word of a header, or in a Content-Type.
-    encoded_words = b"=?" in header_block
+    encoded_words = b"=?" in header_block if c is None else c.has_encoded_word(header_block)
     hint = _encoded_word_charset(headers) if encoded_words else None
     _read_entities(mail, headers, body, hint, options, budget, defects, c)
     if hint is None and mail.charsets:
@@ -598,6 +601,63 @@ def _join_lines(text: str) -> str:
     return " ".join(filter(None, map(str.strip, text.split("\n"))))
 
 
+class _PartFields(NamedTuple):
+    """What the walk needs of a part's three MIME fields, read from their raw values."""
+
+    ctype: str  # "type/subtype", lower case ("text/plain" if unusable)
+    maintype: str
+    params: dict[str, str]  # of the Content-Type; shared: read it, never change it
+    charset: str | None  # as declared, stripped and lower-cased (None if absent)
+    declares_charset: bool  # a charset parameter that is not empty (before stripping)
+    invalid_type: bool  # a Content-Type without type/subtype
+    filename: str | None
+    named_attachment: bool  # "Content-Disposition: attachment" with a file name
+    encoding: str  # Content-Transfer-Encoding, lower case ("" if absent)
+
+
+def _part_fields(
+    raw_type: bytes | None, raw_encoding: bytes | None, raw_disposition: bytes | None,
+    implied_type: str,
+) -> _PartFields:
+    """:class:`_PartFields` of a part's raw MIME field values (None: absent).
+
+    A stream's parts carry a few hundred distinct short combinations, each read once; long
+    values (a hostile stream) are read every time and not kept.
+    """
+    if (
+        (raw_type is None or len(raw_type) <= _CACHED_CONTENT_TYPE_CHARS)
+        and (raw_encoding is None or len(raw_encoding) <= _CACHED_CONTENT_TYPE_CHARS)
+        and (raw_disposition is None or len(raw_disposition) <= _CACHED_CONTENT_TYPE_CHARS)
+    ):
+        return _cached_part_fields(raw_type, raw_encoding, raw_disposition, implied_type)
+    return _read_part_fields(raw_type, raw_encoding, raw_disposition, implied_type)
+
+
+def _read_part_fields(
+    raw_type: bytes | None, raw_encoding: bytes | None, raw_disposition: bytes | None,
+    implied_type: str,
+) -> _PartFields:
+    declared_type = decode_header(raw_type) if raw_type is not None else ""
+    ctype, params = _content_type(declared_type or implied_type)
+    invalid_type = bool(declared_type) and "/" not in declared_type.partition(";")[0]
+    charset = params.get("charset")
+    declares_charset = bool(charset)
+    if declares_charset:
+        charset = charset.strip().lower()
+    disposition, disposition_params = _content_type(
+        (decode_header(raw_disposition) if raw_disposition is not None else "") or "x/inline"
+    )
+    filename = disposition_params.get("filename") or params.get("name")
+    encoding = decode_header(raw_encoding).lower() if raw_encoding is not None else ""
+    return _PartFields(
+        ctype, ctype.partition("/")[0], params, charset, declares_charset, invalid_type, filename,
+        disposition == "attachment" and bool(filename), encoding,
+    )
+
+
+_cached_part_fields = lru_cache(maxsize=4096)(_read_part_fields)
+
+
 def _read_entities(
     mail: ParsedMail,
     headers: list[tuple[str, bytes]],
@@ -624,21 +684,17 @@ def _read_entities(
         if mail.n_parts and budget.out_of_time():
             return
         mail.n_parts += 1
-        raw_type, raw_encoding, raw_disposition = _first_values(headers, _MIME_HEADERS, c)
-        declared_type = decode_header(raw_type) if raw_type is not None else ""
-        ctype, params = _content_type(declared_type or implied_type)
-        if declared_type and "/" not in declared_type.partition(";")[0]:
+        fields = _part_fields(*_first_values(headers, _MIME_HEADERS, c), implied_type)
+        ctype, maintype, params, charset = fields[:4]
+        if fields.invalid_type:
             _note(defects, "invalid_content_type")  # read as text/plain, as RFC 2045 says
         if top:
             mail.content_type = ctype
             top = False
-        charset = params.get("charset")
-        if charset:
-            charset = charset.strip().lower()
+        if fields.declares_charset:
             mail.charsets.append(charset)
             if hint is None and codec_for(charset):
                 hint = charset
-        maintype = ctype.partition("/")[0]
         if maintype == "multipart":
             boundary = params.get("boundary", "")
             children = _split_multipart(body, boundary, defects) if boundary else None
@@ -669,16 +725,13 @@ def _read_entities(
             inner = _parse_headers(inner_headers, _MIME_FIELDS, c)
             stack.append((inner, inner_body, depth + 1, "text/plain"))
             continue
-        disposition, disposition_params = _content_type(
-            (decode_header(raw_disposition) if raw_disposition is not None else "") or "x/inline"
-        )
-        filename = disposition_params.get("filename") or params.get("name")
-        encoding = decode_header(raw_encoding).lower() if raw_encoding is not None else ""
+        encoding = fields.encoding
         if encoding not in _TRANSFER_ENCODINGS:
             _note(defects, "unknown_transfer_encoding")  # the body is read as it is
-        is_text = maintype == "text" and not (disposition == "attachment" and filename)
-        if not is_text:
-            mail.attachments.append(Attachment(filename, ctype, _decoded_size(body, encoding)))
+        if maintype != "text" or fields.named_attachment:
+            mail.attachments.append(
+                Attachment(fields.filename, ctype, _decoded_size(body, encoding))
+            )
             continue
         if budget.text_left <= 0:
             budget.exceeded("max_text_chars")

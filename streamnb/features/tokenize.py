@@ -296,12 +296,14 @@ class Tokenizer:
                     text = text.replace(separator, " ")
         return text
 
-    def _bag_of_words(self, text: str) -> tuple[Counter[str], int]:
+    def _bag_of_words(self, text: str, expected: int = 0) -> tuple[Counter[str], int]:
         """Counts of :meth:`words` without putting Chinese and other words back in order, and
-        how many words that is."""
+        how many words that is (``expected``: how many tokens the counts will hold)."""
         if text.isascii():  # nearly all mail: no Han run, no separator to replace
             if self._native is not None:  # one call, lower-cased in C, the total comes with it
                 counts = Counter()
+                if expected:
+                    _native_path._tokens.reserve(counts, expected)
                 return counts, self._native.count(text, counts, None, self.options.lowercase)
             counts = self._ascii_bag(text.lower() if self.options.lowercase else text)
             return counts, counts.total()
@@ -310,9 +312,16 @@ class Tokenizer:
             # only text with Han runs has run or pair tokens; the rest keeps the fast path
             counts = Counter(self.words(text))
             return counts, counts.total()
+        if not han and self._native is not None:  # prepared and counted in one call
+            counts = Counter()
+            n_words = self._native.count_prepared(
+                text, counts, _NON_ASCII_SEPARATORS, self.options.lowercase
+            )
+            if n_words is not None:
+                return counts, n_words
         text = self._prepare(text)
         if not han:
-            if self._native is not None:
+            if self._native is not None:  # a character str.lower() makes more than one of
                 counts = Counter()
                 return counts, self._native.count(text, counts)
             counts = self._count_text(text)
@@ -348,12 +357,18 @@ class Tokenizer:
         max_tokens: int | None = None,
         on_cut: Callable[[], None] | None = None,
         urls: bool = True,
+        expected: int = 0,
     ) -> tuple[Counter[str], int]:
-        """:meth:`count`, and the number of words read (stop words included, pairs not)."""
+        """:meth:`count`, and the number of words read (stop words included, pairs not).
+
+        ``expected``: about how many tokens the counts will hold when the caller has counted
+        its own into them too (a mail's header tokens), so that the dict is made that large.
+        """
         options = self.options
         counts = None
         if not (options.bigrams or options.osb_window) and options.numbers == "keep":
-            counts, n_words = self._bag_of_words(text)  # the fast path: order does not matter
+            # the fast path: order does not matter
+            counts, n_words = self._bag_of_words(text, expected)
             if max_tokens is not None and n_words > max_tokens:
                 counts = None  # cut in order, below
             elif self._stop:  # the stop list is short, the counts may be long

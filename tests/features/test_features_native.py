@@ -129,6 +129,49 @@ def test_every_token_option_set_of_the_digests_counts_the_same(text):
         assert native.count(text) == python.count(text)
 
 
+def python_prepared_count(options: dict, text: str) -> tuple[Counter[str], int]:
+    """The Python rule the C ``count_prepared`` follows: ``_prepare``, then the word count."""
+    python = Tokenizer(FeaturizerOptions(**options), native=False)
+    counts = python._count_text(python._prepare(text))
+    return counts, counts.total()
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=texts, options=word_options)
+@example(text="Café NAÏVE \u2019s\u2014x Ωmega \u212a \u1e9e é\u2013é", options={})
+@example(text="é\u2013b", options={"word_joiners": "\u2013"})  # a separator, even as a joiner
+@example(text="ΣΑΣ σ", options={"lowercase": True})  # final sigma: Python's
+@example(text="İstanbul é", options={"lowercase": True})  # two code points: Python's
+def test_count_prepared_is_the_prepared_text_counted(text, options):
+    lowercase = FeaturizerOptions(**options).lowercase
+    counts: Counter[str] = Counter()
+    native = Tokenizer(FeaturizerOptions(**options), native=True)._native
+    n_words = native.count_prepared(
+        text, counts, tokenize_module._NON_ASCII_SEPARATORS, lowercase
+    )
+    if n_words is None:  # left to Python: only where str.lower() is not one for one
+        assert lowercase and ("\u0130" in text or "\u03a3" in text)
+        assert not counts
+        return
+    assert (counts, n_words) == python_prepared_count(options, text)
+
+
+def test_count_prepared_lower_cases_every_code_point_as_python():
+    chars = [chr(c) for c in range(0x110000) if c not in (0x130, 0x3A3)]
+    lowered = [c.lower() for c in chars]
+    assert all(len(c) == 1 for c in lowered)  # one for one, but the two Python prepares
+    # each character between two letters, "xCx": a word with its lower-case form in the
+    # middle, or two words "x" where it is no word character or a separator
+    joined = " ".join("x" + c + "x" for c in chars)
+    native = Tokenizer(FeaturizerOptions(min_token_len=1, max_token_len=3), native=True)._native
+    counts: Counter[str] = Counter()
+    assert native.count_prepared(joined, counts, tokenize_module._NON_ASCII_SEPARATORS, True)
+    expected = python_prepared_count({"min_token_len": 1, "max_token_len": 3}, joined)[0]
+    assert counts == expected
+    with pytest.raises(ValueError, match="ASCII"):
+        native.count_prepared("é", Counter(), "\xa0 ", True)
+
+
 @settings(max_examples=500, deadline=None)
 @given(text=texts)
 @example(text="\u33ff\u3400\u4dbf\u4dc0\u4dff\u4e00\u9fff\ua000")
@@ -315,6 +358,52 @@ def test_content_types_are_parsed_once_and_long_ones_not_kept():
 def test_header_lines_end_refuses_what_is_not_bytes():
     with pytest.raises(TypeError):
         _tokens.header_lines_end("From: a\n")
+
+
+@settings(max_examples=1000, deadline=None)
+@given(data=st.one_of(
+    st.lists(st.sampled_from([b"=", b"?", b"=?", b"?=", b"a", b"\n", b"\x00", b"\xff"]),
+             max_size=30).map(b"".join),
+    st.binary(max_size=60),
+))
+@example(data=b"?=")
+@example(data=b"=" * 100 + b"?")
+def test_has_encoded_word_is_the_bytes_search(data):
+    assert _tokens.has_encoded_word(data) == (b"=?" in data)
+
+
+def test_has_encoded_word_refuses_what_is_not_bytes():
+    with pytest.raises(TypeError, match="bytes"):
+        _tokens.has_encoded_word("=?utf-8?q?a?=")
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(st.one_of(st.text(max_size=6), st.integers(-3, 3), st.binary(max_size=3)),
+                     max_size=400),
+       n=st.integers(-1, 5000), deleted=st.integers(0, 5))
+def test_a_reserved_counter_counts_as_a_new_one(keys, n, deleted):
+    reserved: Counter = Counter()
+    _tokens.reserve(reserved, n)
+    expected: Counter = Counter()
+    for counts in (reserved, expected):
+        counts.update(keys)
+        for key in list(counts)[:deleted]:
+            del counts[key]
+        counts.update(keys[::2])
+    assert reserved == expected and list(reserved.items()) == list(expected.items())
+    assert type(reserved) is Counter
+
+
+def test_reserve_leaves_a_dict_that_is_not_empty_as_it_is():
+    counts = {"a": 1, "b": 2}
+    _tokens.reserve(counts, 1000)
+    assert counts == {"a": 1, "b": 2}
+    counts.clear()  # empty again: reserved, and still a working dict
+    _tokens.reserve(counts, 1000)
+    counts.update(dict.fromkeys(map(str, range(2000)), 1))
+    assert len(counts) == 2000 and counts["1999"] == 1
+    with pytest.raises(TypeError):
+        _tokens.reserve([], 10)
 
 
 def layout_in_python(block, shortest, longest, shapes, counts=None):
