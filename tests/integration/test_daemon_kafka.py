@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections import Counter
 
@@ -105,6 +106,42 @@ def test_sms_end_to_end_one_prediction_per_unlabelled_id(
     assert read_all(kafka_bootstrap, f"{topic_prefix}-dlq", until=lambda r: False, timeout=1) == []
 
 
+class Feeder:
+    """Produces ``records`` to ``topic`` from a thread of its own, in order, never past the
+    count last given to :meth:`release`."""
+
+    def __init__(self, bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]):
+        self.released = 0
+        self.error: BaseException | None = None
+        self._gate = threading.Condition()
+        self._records = records
+        self._thread = threading.Thread(target=self._run, args=(bootstrap, topic), daemon=True)
+        self._thread.start()
+
+    def release(self, count: int) -> None:
+        with self._gate:
+            self.released = max(self.released, min(count, len(self._records)))
+            self._gate.notify_all()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the feeder did not finish"
+        if self.error is not None:
+            raise self.error
+
+    def _gated(self):
+        for n, record in enumerate(self._records):
+            with self._gate:
+                self._gate.wait_for(lambda n=n: n < self.released)
+            yield record
+
+    def _run(self, bootstrap: str, topic: str) -> None:
+        try:
+            produce(bootstrap, topic, self._gated())
+        except BaseException as error:  # noqa: BLE001 - raised again in join
+            self.error = error
+
+
 def test_predictions_land_in_the_output_partition_of_their_key(
     tmp_path, kafka_bootstrap, topic_prefix, data_dir
 ):
@@ -158,19 +195,21 @@ def test_kill_9_at_three_random_moments_loses_and_doubles_nothing(
     config.write_text(config.read_text().replace(
         "poll_timeout_ms = 100", "poll_timeout_ms = 100\nmax_poll_records = 100"))
     topic = f"{topic_prefix}-in"
-    produce(kafka_bootstrap, topic, ((k.encode(), v) for k, v in stream))
 
     def progress():
         return sum(committed(kafka_bootstrap, topic_prefix).values())
 
     # Kill once the daemon has committed past a random point of the stream, then after a
     # random extra moment, so the kill lands anywhere between (or inside) commits (one every
-    # 150 records). The last target leaves a third of the stream unread and the extra moment is
-    # short, so however fast the machine, the last kill still finds the daemon at work.
+    # 150 records). The input is released a round at a time, up to a little past the round's
+    # point: however fast the daemon, each kill finds a part of the stream not yet produced,
+    # and the last one leaves about a third of it for the daemon that restarts.
     kill_rng = random.Random()
     targets = sorted(kill_rng.uniform(0.05, 0.67) * len(stream) for _ in range(3))
+    feeder = Feeder(kafka_bootstrap, topic, [(k.encode(), v) for k, v in stream])
     at_kill = []
     for round_, target in enumerate(targets):
+        feeder.release(int(target) + 4 * 150)
         daemon = DaemonProcess(config, tmp_path / f"daemon-{round_}.log")
         daemon.wait_assigned()
         wait_for(lambda t=target: progress() >= t, 120, f"the commits to pass {target:.0f}",
@@ -178,8 +217,9 @@ def test_kill_9_at_three_random_moments_loses_and_doubles_nothing(
         time.sleep(kill_rng.uniform(0, 0.05))  # a random moment, not a condition to wait for
         daemon.kill()
         at_kill.append(committed(kafka_bootstrap, topic_prefix))
-    assert sum(at_kill[-1].values()) < len(stream), f"finished before the last kill ({at_kill})"
+    feeder.release(len(stream))
     daemon = DaemonProcess(config, tmp_path / "daemon-final.log")
+    feeder.join(timeout=60)
     wait_caught_up(kafka_bootstrap, topic_prefix, daemon, timeout=120)
     code, _ = daemon.terminate()
     assert code == 0
