@@ -18,7 +18,13 @@ from pathlib import Path
 
 import orjson
 
-from streamnb.daemon.kafka_io import committed_offsets, end_offsets
+from streamnb.daemon.kafka_io import (
+    committed_offsets,
+    create_topics,
+    end_offsets,
+    produce,
+    read_all,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -267,3 +273,23 @@ def split(items: list, fraction: float, seed: int) -> tuple[set, set]:
     rng = random.Random(seed)
     chosen = {item for item in items if rng.random() < fraction}
     return chosen, set(items) - chosen
+
+
+def predictions_of_one_daemon(directory: Path, bootstrap: str, prefix: str, rows: list,
+                              unlabelled: set[str], extra: str) -> tuple[Path, list[dict]]:
+    """Run one daemon (one input partition, its config's ``extra`` tables) over ``rows`` of
+    :func:`sms`, the ids in ``unlabelled`` sent without their label, until it has committed
+    them all and stopped. Returns its config and its predictions, decoded, one per unlabelled
+    id (as a read_committed reader sees them)."""
+    create_topics(bootstrap, {f"{prefix}-in": 1, f"{prefix}-out": 1, f"{prefix}-dlq": 1})
+    config = write_config(directory, bootstrap, prefix, extra=extra)
+    daemon = DaemonProcess(config, directory / "daemon.log")
+    daemon.wait_assigned()
+    produce(bootstrap, f"{prefix}-in", (
+        (msg_id.encode(), value(msg_id, text, None if msg_id in unlabelled else label))
+        for msg_id, label, text in rows))
+    wait_caught_up(bootstrap, prefix, daemon)
+    assert daemon.terminate()[0] == 0
+    records = read_all(bootstrap, f"{prefix}-out", until=lambda r: len(r) >= len(unlabelled))
+    assert len(records) == len(unlabelled)
+    return config, [orjson.loads(record.value) for record in records]

@@ -6,11 +6,9 @@ from __future__ import annotations
 import math
 import random
 
-import orjson
 import pytest
 
-from streamnb.daemon.kafka_io import create_topics, produce, read_all
-from tests.integration.harness import DaemonProcess, sms, value, wait_caught_up, write_config
+from tests.integration.harness import predictions_of_one_daemon, sms
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
@@ -22,24 +20,11 @@ def test_predictions_carry_the_offset_label_and_the_posterior(tmp_path, kafka_bo
     rows = sms(data_dir)[:1500]
     rng = random.Random(9)
     unlabelled = {msg_id for msg_id, _, _ in rows if rng.random() < 0.3}
-    create_topics(kafka_bootstrap, {f"{topic_prefix}-in": 1, f"{topic_prefix}-out": 1,
-                                    f"{topic_prefix}-dlq": 1})
-    config = write_config(tmp_path, kafka_bootstrap, topic_prefix,
-                          extra=f"[model.options.class_offsets]\nspam = {OFFSET}\n")
-    daemon = DaemonProcess(config, tmp_path / "daemon.log")
-    daemon.wait_assigned()
-    produce(kafka_bootstrap, f"{topic_prefix}-in", (
-        (msg_id.encode(), value(msg_id, text, None if msg_id in unlabelled else label))
-        for msg_id, label, text in rows))
-    wait_caught_up(kafka_bootstrap, topic_prefix, daemon)
-    assert daemon.terminate()[0] == 0
-
-    records = read_all(kafka_bootstrap, f"{topic_prefix}-out",
-                       until=lambda r: len(r) >= len(unlabelled))
-    assert len(records) == len(unlabelled)
+    _, predictions = predictions_of_one_daemon(
+        tmp_path, kafka_bootstrap, topic_prefix, rows, unlabelled,
+        extra=f"[model.options.class_offsets]\nspam = {OFFSET}\n")
     spam, held_back = 0, 0
-    for record in records:
-        prediction = orjson.loads(record.value)
+    for prediction in predictions:
         proba = prediction["probabilities"]
         if len(proba) < 2:
             continue

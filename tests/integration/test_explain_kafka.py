@@ -8,20 +8,10 @@ import random
 import subprocess
 import sys
 
-import orjson
 import pytest
 
-from streamnb.daemon.kafka_io import create_topics, produce, read_all
 from streamnb.pipeline import build_pipeline
-from tests.integration.harness import (
-    REPO,
-    DaemonProcess,
-    changelog_model,
-    sms,
-    value,
-    wait_caught_up,
-    write_config,
-)
+from tests.integration.harness import REPO, changelog_model, predictions_of_one_daemon, sms
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
@@ -30,24 +20,10 @@ def test_predictions_carry_exact_explanations(tmp_path, kafka_bootstrap, topic_p
     rows = sms(data_dir)[:1500]
     rng = random.Random(5)
     unlabelled = {msg_id for msg_id, _, _ in rows if rng.random() < 0.2}
-    create_topics(kafka_bootstrap, {f"{topic_prefix}-in": 1, f"{topic_prefix}-out": 1,
-                                    f"{topic_prefix}-dlq": 1})
-    config = write_config(tmp_path, kafka_bootstrap, topic_prefix,
-                          extra="[output]\nexplain = 5\n")
-    daemon = DaemonProcess(config, tmp_path / "daemon.log")
-    daemon.wait_assigned()
-    produce(kafka_bootstrap, f"{topic_prefix}-in", (
-        (msg_id.encode(), value(msg_id, text, None if msg_id in unlabelled else label))
-        for msg_id, label, text in rows))
-    wait_caught_up(kafka_bootstrap, topic_prefix, daemon)
-    assert daemon.terminate()[0] == 0
-
-    records = read_all(kafka_bootstrap, f"{topic_prefix}-out",
-                       until=lambda r: len(r) >= len(unlabelled))
-    assert len(records) == len(unlabelled)
+    config, predictions = predictions_of_one_daemon(
+        tmp_path, kafka_bootstrap, topic_prefix, rows, unlabelled, extra="[output]\nexplain = 5\n")
     checked = 0
-    for record in records:
-        prediction = orjson.loads(record.value)
+    for prediction in predictions:
         why, proba = prediction["explanation"], prediction["probabilities"]
         if len(proba) < 2:
             assert why is None
