@@ -638,14 +638,33 @@ def no_cyclic_gc():
             gc.enable()
 
 
+def changed_feedback_records(store: FeedbackStore) -> Records:
+    """The records of every id and run of ``store`` changed since its ``mark_changes()``."""
+    return _feedback_records(store, store.changed_ids(), store.changed_runs())
+
+
+def changed_model_records(model: Any, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+                          ) -> Records:
+    """The records of every key of ``model`` changed since its ``mark_changes()``. No page
+    record is larger than ``max_value_bytes`` (what the topic accepts with its key)."""
+    with no_cyclic_gc():
+        return _changed_stat_records(model, max_value_bytes)
+
+
 def changed_records(model: Any, store: FeedbackStore,
                     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Records:
     """The records of every key of ``model`` and id of ``store`` changed since their
-    ``mark_changes()``; the caller marks them again once the records are committed. No
-    bucket record is larger than ``max_value_bytes`` (what the topic accepts with its key)."""
+    ``mark_changes()``, in the order a commit sends them; the caller marks them again once
+    the records are committed. No page record is larger than ``max_value_bytes`` (what the
+    topic accepts with its key).
+
+    The store's records come first: a reader keeps the two kinds apart
+    (:func:`apply_records`), so their order between them changes nothing it reads, and on
+    mail they are most of a commit's bytes (each entry carries its message's token counts)
+    and quick to make, so the producer flushes them while the model's pages are made."""
     with no_cyclic_gc():
-        records = _changed_stat_records(model, max_value_bytes)
-        records.extend(_feedback_records(store, store.changed_ids(), store.changed_runs()))
+        records = changed_feedback_records(store)
+        records.extend(_changed_stat_records(model, max_value_bytes))
     return records
 
 
