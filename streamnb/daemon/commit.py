@@ -48,11 +48,11 @@ class Committer:
            ``offsets`` all describe exactly the records before each partition's next offset.
            Their predictions and dead letters were sent into the open transaction as they
            were made.
-        2. For each owned slice, the record of every key changed since the last commit (its
-           full current value, or a tombstone; the changed tokens' values packed in new
-           pages, then the tombstones of the pages they leave less than half live) and of
-           every feedback run an entry joined, left or was
-           relabelled in goes to the slice's changelog partition, in the transaction
+        2. For each owned slice, the record of every feedback run an entry joined, left or
+           was relabelled in, then of every key changed since the last commit (its full
+           current value, or a tombstone; the changed tokens' values packed in new pages,
+           then the tombstones of the pages they leave less than half live) goes to the
+           slice's changelog partition, in the transaction
            (with, the first time after taking the slice over, the record of what its counts
            are: model kind and counting options). With ``model.max_tokens``, a slice over
            the budget first expires tokens (``Partitions.expire``): their tombstones are
