@@ -65,7 +65,9 @@ The feedback store's entries travel in runs of consecutive arrivals
 (:mod:`streamnb.daemon.feedback`), a record each, keyed by the run's first arrival number; a
 tombstone when the run's last entry is gone. A changelog written before runs holds a record per
 entry, keyed by its id: they are read as before, and when such an entry changes its record is
-rewritten (or, when it left the store or moved into a run, tombstoned) ahead of the runs.
+rewritten (or, when it left the store or moved into a run, tombstoned) ahead of the runs. A
+commit sends the store's records before the model's (:func:`changed_records`): a reader keeps
+the two apart, so their order between them changes nothing it holds.
 
 The ``slice`` record lets a daemon refuse a changelog written by a model of another kind, or
 one that counts differently (hashing buckets, repeated words), instead of adding up counts
@@ -82,7 +84,7 @@ The leading 1 is the format version; a record this build cannot read stops the d
 >>> _ = store.remember("m1", "mail:0", {"win": 1}, "spam")
 >>> records = changed_records(model, store)
 >>> [key for key, _ in records]
-[b'[1,"page",0]', b'[1,"totals"]', b'[1,"entries",0]']
+[b'[1,"entries",0]', b'[1,"page",0]', b'[1,"totals"]']
 >>> copy, copy_store = make_model("bernoulli"), FeedbackStore()
 >>> apply_records(copy, copy_store, "mail:0", records)
 3
