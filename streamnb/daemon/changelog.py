@@ -65,7 +65,9 @@ The feedback store's entries travel in runs of consecutive arrivals
 (:mod:`streamnb.daemon.feedback`), a record each, keyed by the run's first arrival number; a
 tombstone when the run's last entry is gone. A changelog written before runs holds a record per
 entry, keyed by its id: they are read as before, and when such an entry changes its record is
-rewritten (or, when it left the store or moved into a run, tombstoned) ahead of the runs.
+rewritten (or, when it left the store or moved into a run, tombstoned) ahead of the runs. A
+commit sends the store's records before the model's (:func:`changed_records`): a reader keeps
+the two apart, so their order between them changes nothing it holds.
 
 The ``slice`` record lets a daemon refuse a changelog written by a model of another kind, or
 one that counts differently (hashing buckets, repeated words), instead of adding up counts
@@ -82,7 +84,7 @@ The leading 1 is the format version; a record this build cannot read stops the d
 >>> _ = store.remember("m1", "mail:0", {"win": 1}, "spam")
 >>> records = changed_records(model, store)
 >>> [key for key, _ in records]
-[b'[1,"page",0]', b'[1,"totals"]', b'[1,"entries",0]']
+[b'[1,"entries",0]', b'[1,"page",0]', b'[1,"totals"]']
 >>> copy, copy_store = make_model("bernoulli"), FeedbackStore()
 >>> apply_records(copy, copy_store, "mail:0", records)
 3
@@ -638,14 +640,33 @@ def no_cyclic_gc():
             gc.enable()
 
 
+def changed_feedback_records(store: FeedbackStore) -> Records:
+    """The records of every id and run of ``store`` changed since its ``mark_changes()``."""
+    return _feedback_records(store, store.changed_ids(), store.changed_runs())
+
+
+def changed_model_records(model: Any, max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+                          ) -> Records:
+    """The records of every key of ``model`` changed since its ``mark_changes()``. No page
+    record is larger than ``max_value_bytes`` (what the topic accepts with its key)."""
+    with no_cyclic_gc():
+        return _changed_stat_records(model, max_value_bytes)
+
+
 def changed_records(model: Any, store: FeedbackStore,
                     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> Records:
     """The records of every key of ``model`` and id of ``store`` changed since their
-    ``mark_changes()``; the caller marks them again once the records are committed. No
-    bucket record is larger than ``max_value_bytes`` (what the topic accepts with its key)."""
+    ``mark_changes()``, in the order a commit sends them; the caller marks them again once
+    the records are committed. No page record is larger than ``max_value_bytes`` (what the
+    topic accepts with its key).
+
+    The store's records come first: a reader keeps the two kinds apart
+    (:func:`apply_records`), so their order between them changes nothing it reads, and on
+    mail they are most of a commit's bytes (each entry carries its message's token counts)
+    and quick to make, so the producer flushes them while the model's pages are made."""
     with no_cyclic_gc():
-        records = _changed_stat_records(model, max_value_bytes)
-        records.extend(_feedback_records(store, store.changed_ids(), store.changed_runs()))
+        records = changed_feedback_records(store)
+        records.extend(_changed_stat_records(model, max_value_bytes))
     return records
 
 

@@ -12,7 +12,8 @@ import orjson
 
 from streamnb.daemon.changelog import (
     FORMAT_VERSION,
-    changed_records,
+    changed_feedback_records,
+    changed_model_records,
     no_cyclic_gc,
     slice_record,
 )
@@ -47,11 +48,11 @@ class Committer:
            ``offsets`` all describe exactly the records before each partition's next offset.
            Their predictions and dead letters were sent into the open transaction as they
            were made.
-        2. For each owned slice, the record of every key changed since the last commit (its
-           full current value, or a tombstone; the changed tokens' values packed in new
-           pages, then the tombstones of the pages they leave less than half live) and of
-           every feedback run an entry joined, left or was
-           relabelled in goes to the slice's changelog partition, in the transaction
+        2. For each owned slice, the record of every feedback run an entry joined, left or
+           was relabelled in, then of every key changed since the last commit (its full
+           current value, or a tombstone; the changed tokens' values packed in new pages,
+           then the tombstones of the pages they leave less than half live) goes to the
+           slice's changelog partition, in the transaction
            (with, the first time after taking the slice over, the record of what its counts
            are: model kind and counting options). With ``model.max_tokens``, a slice over
            the budget first expires tokens (``Partitions.expire``): their tombstones are
@@ -132,20 +133,28 @@ class Committer:
         records sent, their bytes and the tokens expired; ``identified`` gets the slices
         whose identity record went with them."""
         size = n_records = expired = 0
+        send = self.io.send
         for key, part in owned.items():
             topic, partition = self.io.changelog_of(tp_of(key))
+            # The feedback store's records go first (the order of changed_records): on mail
+            # they are most of the commit's bytes, made in a few milliseconds, and the
+            # producer's network thread flushes them to the broker while the expiry and the
+            # model's pages are made, instead of after, in commit_transaction.
+            feedback = changed_feedback_records(part.store)
+            for record_key, value in feedback:
+                send(topic, record_key, value, partition=partition)
+                size += len(record_key) + (len(value) if value is not None else 0)
             if self.max_tokens:  # token expiry: its tombstones join this commit
                 expired += self.parts.expire(key, self.max_tokens,
                                              self.settings.model.expiry_keep())
-            records = changed_records(part.model, part.store, self._page_room(topic))
-            if records and not part.identified:
+            records = changed_model_records(part.model, self._page_room(topic))
+            if (feedback or records) and not part.identified:
                 records.append(slice_record(part.model))
                 identified.append(part)
-            send = self.io.send
             for record_key, value in records:
                 send(topic, record_key, value, partition=partition)
                 size += len(record_key) + (len(value) if value is not None else 0)
-            n_records += len(records)
+            n_records += len(feedback) + len(records)
         return n_records, size, expired
 
     def _page_room(self, topic: str) -> int:

@@ -12,6 +12,8 @@ from streamnb.daemon.changelog import (
     ChangelogError,
     all_records,
     apply_records,
+    changed_feedback_records,
+    changed_model_records,
     changed_records,
     decode,
     page_pairs,
@@ -509,6 +511,8 @@ def test_a_page_written_before_columnar_pages_restores():
     assert restored.to_state() == model.to_state()
     assert restored_store.get("m1").x == {"win": 2, "cash": 1}
     new = changed_records(model, store)
+    assert new[0] == old[2]  # the feedback store's records first (the commit's order)
+    new = new[1:] + new[:1]  # then the model's, in the order the build before wrote them
     page = orjson.loads(new[0][1])  # (its tokens in the order of a set: any)
     columns = {token: (ham, spam, seen) for token, ham, spam, seen in zip(
         page["tokens"], *page["counts"], page["seen"], strict=True)}
@@ -868,3 +872,45 @@ def test_the_fast_token_path_writes_the_records_of_the_keyed_protocol(
             for store in stores:
                 store.mark_changes()
         assert all_records(fast, stores[0]) == all_records(keyed_slow, stores[1])
+
+
+def model_records_first(model, store):
+    """A commit's records in the order the build before sent them: the model's, then the
+    feedback store's."""
+    return changed_model_records(model) + changed_feedback_records(store)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@given(commits=COMMITS, max_ids=st.integers(2, 6), cut=st.integers(0, 200))
+@settings(max_examples=60, deadline=None)
+def test_the_feedback_records_first_restore_what_the_model_records_first_did(
+        kind, commits, max_ids, cut):
+    """A commit sends the store's records before the model's (``changed_records``); a log
+    written so, read in two polls split anywhere, restores the slice a log of the earlier
+    order restores, and both the live slice."""
+    model, store, log = owner_log(kind, commits, max_ids)
+    _, _, earlier = commit_log(make_model(kind), FeedbackStore(max_ids=max_ids), commits,
+                               make_records=model_records_first)
+    assert sorted(log, key=repr) == sorted(earlier, key=repr)  # the same records
+    restored = []
+    for written in (log, earlier):
+        slice_, slice_store = make_model(kind), FeedbackStore(max_ids=max_ids)
+        at = min(cut, len(written))
+        apply_records(slice_, slice_store, "in:0", written[:at])
+        apply_records(slice_, slice_store, "in:0", written[at:])
+        slice_store.order_by_arrival()
+        restored.append((slice_, slice_store))
+    (new, new_store), (old, old_store) = restored
+    assert new.to_state() == old.to_state() == model.to_state()
+    assert same_store(new_store, old_store) and same_store(new_store, store)
+
+
+def test_changed_records_put_the_feedback_store_before_the_model():
+    model, store = make_model("multinomial"), FeedbackStore()
+    model.mark_changes()
+    store.mark_changes()
+    model.learn_one({"win": 2}, "spam")
+    store.remember("m1", "in:0", {"win": 2}, "spam")
+    kinds = [orjson.loads(key)[1] for key, _ in changed_records(model, store)]
+    assert kinds[0] == "entries" and "entries" not in kinds[1:]
+    assert set(kinds[1:]) >= {"page", "totals"}

@@ -31,6 +31,35 @@ assert gone() is None, "a cycle made after the freeze was not collected"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+def test_the_collector_still_runs_on_its_own_at_the_higher_young_threshold():
+    code = """
+import gc, weakref
+from streamnb.daemon.loop import YOUNG_COLLECTION_THRESHOLD, freeze_start_up_heap
+
+old_young, *old_older = gc.get_threshold()
+freeze_start_up_heap()
+young, *older = gc.get_threshold()
+assert young == max(old_young, YOUNG_COLLECTION_THRESHOLD), gc.get_threshold()
+assert older == old_older, "the older generations' thresholds changed"
+
+class Node:
+    pass
+
+later = Node()
+later.cycle = later
+gone = weakref.ref(later)
+del later
+kept = []
+for _ in range(YOUNG_COLLECTION_THRESHOLD // 10):
+    kept.append([[] for _ in range(10)])  # more new containers than the threshold
+    if gone() is None:
+        break
+assert gone() is None, "no automatic collection after the threshold's containers"
+assert len(kept) * 11 >= YOUNG_COLLECTION_THRESHOLD * 0.5, "collected sooner than asked"
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_main_freezes_once_the_daemon_is_built_and_before_it_runs(monkeypatch, tmp_path):
     calls: list[str] = []
 
