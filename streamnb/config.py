@@ -64,6 +64,9 @@ class KafkaSettings:
     # docs/daemon.md "Assignment, revocation, failover" for what each costs in a rebalance.
     assignment_strategy: str = "range"
     max_poll_records: int = 500
+    # The most one fetch takes from an input partition (docs/daemon.md, "The loop's own
+    # overhead on mail"): 4 MiB lets a poll of mail reach max_poll_records.
+    max_partition_fetch_bytes: int = 4 * 1024 * 1024
     poll_timeout_ms: int = 200
     stall_seconds: float = 60.0
     session_timeout_ms: int = 10000
@@ -328,6 +331,7 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
             "start_offset": _one_of("earliest", "latest"),
             "assignment_strategy": _one_of(*ASSIGNMENT_STRATEGIES),
             "max_poll_records": _positive_int,
+            "max_partition_fetch_bytes": _positive_int,
             "poll_timeout_ms": _positive_int,
             "stall_seconds": _positive_float,
             "session_timeout_ms": _positive_int,

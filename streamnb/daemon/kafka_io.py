@@ -130,14 +130,6 @@ def _tps(partitions: Iterable[TopicPartition]) -> list[TP]:
     return sorted((p.topic, p.partition) for p in partitions)
 
 
-#: The most one fetch takes from an input partition (kafka-python's default: 1 MiB). Mail
-#: records are about 8 KB (SpamAssassin as raw_b64), so 1 MiB bounded a poll at about 130
-#: mails, before ``max_poll_records`` (500) did: 45 polls and batches for 6,046 mails. With 4
-#: MiB a mail batch is the configured count, as an SMS batch is, and a loop of SpamAssassin
-#: took 1.88-2.18 s against 1.99-2.15 (medians of five alternating in-process loops, 1.97
-#: against 2.12 s). The consumer buffers at most this much per partition it fetches.
-INPUT_PARTITION_FETCH_BYTES = 4 * 1024 * 1024
-
 # kafka-python's batch size (outputs and changelog records), unless a topic accepts less: a
 # mail's changelog records are about 8 KB (its feedback entry's token counts, most of it), and
 # producing SpamAssassin's commits (51 MB in 525 records) took 20-30 us a mail of CPU in
@@ -416,7 +408,7 @@ class KafkaIO:
             auto_offset_reset=settings.start_offset,
             partition_assignment_strategy=[ASSIGNORS[settings.assignment_strategy]],
             max_poll_records=settings.max_poll_records,
-            max_partition_fetch_bytes=INPUT_PARTITION_FETCH_BYTES,
+            max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=max(1000, settings.session_timeout_ms // 4),
             # A topic created after start-up is noticed (and assigned) within this time.

@@ -48,6 +48,8 @@ def test_the_documented_example_config_loads(tmp_path):
          "kafka.changelog_replication_factor must be -1 (the broker's default) or a positive"),
         ("[kafka]\ntransaction_timeout_ms = 'long'\n",
          "kafka.transaction_timeout_ms must be a positive integer"),
+        ("[kafka]\nmax_partition_fetch_bytes = 0\n",
+         "kafka.max_partition_fetch_bytes must be a positive integer, got 0"),
         ("[pipeline]\nprepare_process = 1\n",
          "pipeline.prepare_process must be true or false, got 1"),
         ("[pipeline]\nprocess = true\n", "unknown key pipeline.process"),

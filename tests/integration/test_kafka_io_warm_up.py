@@ -20,7 +20,8 @@ class _NoWatchdog:
         return contextlib.nullcontext()
 
 
-def _kafka_io(kafka_bootstrap: str, topic_prefix: str, with_output: bool = True) -> KafkaIO:
+def _kafka_io(kafka_bootstrap: str, topic_prefix: str, with_output: bool = True,
+              **kafka_settings) -> KafkaIO:
     from streamnb.config import KafkaSettings
 
     topic, group = f"{topic_prefix}-in", f"{topic_prefix}-group"
@@ -30,7 +31,8 @@ def _kafka_io(kafka_bootstrap: str, topic_prefix: str, with_output: bool = True)
     create_topics(kafka_bootstrap, topics)
     settings = KafkaSettings(bootstrap_servers=kafka_bootstrap, input_topics=(topic,),
                              output_topic=f"{topic_prefix}-out",
-                             dead_letter_topic=f"{topic_prefix}-dlq", group_id=group)
+                             dead_letter_topic=f"{topic_prefix}-dlq", group_id=group,
+                             **kafka_settings)
     changelogs = {topic: changelog_topic(group, topic)}
     ensure_changelogs(settings, changelogs)
     return KafkaIO(settings, lambda tps: None, lambda tps, lost: None, changelogs,
