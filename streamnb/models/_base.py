@@ -15,7 +15,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["ModelInputError", "StateError", "STATE_VERSION", "check_class_offsets"]
+__all__ = [
+    "ModelInputError", "StateError", "STATE_VERSION", "check_class_offsets", "first_best",
+]
 
 #: The version written by ``to_state``; ``from_state`` reads this one only.
 STATE_VERSION = 1
@@ -159,11 +161,16 @@ def check_header(state: Any, kind: str) -> Mapping[str, Any]:
     return options
 
 
-def _first_best(scored: Iterable[tuple[str, float]]) -> str | None:
+def first_best(scores: Mapping[str, float]) -> str | None:
     """The label of the highest score, ties to the first label in sorted order (what
-    ``max(sorted(labels), key=score)`` returns, in one pass)."""
+    ``max(sorted(scores), key=scores.__getitem__)`` returns, in one pass: sorting the labels
+    first cost the daemon 0.5 µs a message); None for no scores.
+
+    >>> first_best({"spam": 0.5, "ham": 0.5}), first_best({"ham": 0.2, "spam": 0.8})
+    ('ham', 'spam')
+    """
     best, top = None, -math.inf
-    for label, score in scored:
+    for label, score in scores.items():
         if best is None or score > top or (score == top and label < best):
             best, top = label, score
     return best
@@ -258,15 +265,15 @@ class Model:
         if not offsets:
             return max(sorted(log_proba), key=log_proba.__getitem__)
         get = offsets.get
-        return _first_best((label, lp + get(label, 0.0)) for label, lp in log_proba.items())
+        return first_best({label: lp + get(label, 0.0) for label, lp in log_proba.items()})
 
     def decide_proba(self, proba: Mapping[str, float]) -> str | None:
         """:meth:`decide` of probabilities (``predict_proba_one``'s, the daemon's): their logs,
         a probability that underflowed to 0 counting as log 0 = -inf."""
         offsets = self.class_offsets
         if not offsets:
-            return _first_best(proba.items())
-        # _first_best written out: the daemon labels every message with it
+            return first_best(proba)
+        # first_best written out: the daemon labels every message with it
         log, get = math.log, offsets.get
         best, top = None, -math.inf
         for label, p in proba.items():
