@@ -133,7 +133,6 @@ class Committer:
         records sent, their bytes and the tokens expired; ``identified`` gets the slices
         whose identity record went with them."""
         size = n_records = expired = 0
-        send = self.io.send
         for key, part in owned.items():
             topic, partition = self.io.changelog_of(tp_of(key))
             # The feedback store's records go first (the order of changed_records): on mail
@@ -141,9 +140,7 @@ class Committer:
             # producer's network thread flushes them to the broker while the expiry and the
             # model's pages are made, instead of after, in commit_transaction.
             feedback = changed_feedback_records(part.store)
-            for record_key, value in feedback:
-                send(topic, record_key, value, partition=partition)
-                size += len(record_key) + (len(value) if value is not None else 0)
+            size += self._send_records(topic, partition, feedback)
             if self.max_tokens:  # token expiry: its tombstones join this commit
                 expired += self.parts.expire(key, self.max_tokens,
                                              self.settings.model.expiry_keep())
@@ -151,11 +148,18 @@ class Committer:
             if (feedback or records) and not part.identified:
                 records.append(slice_record(part.model))
                 identified.append(part)
-            for record_key, value in records:
-                send(topic, record_key, value, partition=partition)
-                size += len(record_key) + (len(value) if value is not None else 0)
+            size += self._send_records(topic, partition, records)
             n_records += len(feedback) + len(records)
         return n_records, size, expired
+
+    def _send_records(self, topic: str, partition: int, records: list) -> int:
+        """Send ``records`` (key, value or None) to one changelog partition, in the open
+        transaction; returns their bytes."""
+        send, size = self.io.send, 0
+        for record_key, value in records:
+            send(topic, record_key, value, partition=partition)
+            size += len(record_key) + (len(value) if value is not None else 0)
+        return size
 
     def _page_room(self, topic: str) -> int:
         """The value bytes a token page may carry to changelog ``topic`` (with the key of a
