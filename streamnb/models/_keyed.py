@@ -211,6 +211,22 @@ class KeyedTextStatistics:
         tokens.update(self._expired_keys)
         return list(tokens), [TOTALS_KEY] if self._totals_changed else []
 
+    def changed_token_count(self) -> int:
+        """``len(changed_tokens()[0])``, without making the list: a commit that rewrites the
+        whole slice (when it changed as many tokens as the slice holds) needs only the count."""
+        if self._changed_rows is None:
+            raise RuntimeError("changed_keys() before mark_changes(): nothing is tracked")
+        rows, get = self._changed_rows, self._index.get
+        # an expired token learned again since is a changed row's token already
+        return len(rows) + sum(1 for token in self._expired_keys
+                               if (row := get(token)) is None or row not in rows)
+
+    def changed_other_keys(self) -> list[tuple]:
+        """The changed keys that are not tokens (``changed_tokens()[1]``)."""
+        if self._changed_rows is None:
+            raise RuntimeError("changed_keys() before mark_changes(): nothing is tracked")
+        return [TOTALS_KEY] if self._totals_changed else []
+
     def _note_rows(self, rows) -> None:
         """Called by the update paths with the rows they wrote (when tracking)."""
         self._changed_rows.update(rows.tolist() if isinstance(rows, np.ndarray) else rows)
@@ -278,6 +294,19 @@ class KeyedTextStatistics:
                 stamps = np.zeros(len(tokens), dtype=np.int64)
                 stamps[present] = self._seen[rows[present]]
         return [labels[c] for c in order], table, stamps
+
+    def vocabulary_table(self) -> tuple[list, list[str], np.ndarray, np.ndarray | None]:
+        """Every token with counts and ``token_table`` of them, from the rows (no token
+        looked up), in row order or, with last-seen stamps, ordered by them (stable): what a
+        changelog's rewrite of the whole slice writes."""
+        rows = self._vocabulary_rows()
+        if self._seen is not None:
+            rows = rows[np.argsort(self._seen[rows], kind="stable")]
+        labels = self._labels
+        order = sorted(range(len(labels)), key=labels.__getitem__)
+        tokens = list(map(self._keys.__getitem__, rows.tolist()))
+        stamps = self._seen[rows] if self._seen is not None else None
+        return tokens, [labels[c] for c in order], self._counts[rows][:, order], stamps
 
     def token_values(self, tokens: list) -> list[Any]:
         """``[self.stat_value(("token", t)) for t in tokens]``, made a block at a time: the
@@ -422,6 +451,26 @@ class KeyedTextStatistics:
         if self._changed_rows is not None:
             self._note_rows(rows)
         return rows
+
+
+    def _zero_rows(self, rows: np.ndarray) -> None:
+        """``_set_rows`` of distinct present ``rows`` to no counts (an expiry's tokens), from
+        their rows: the tokens are not looked up nor given a dict each. The rows are not
+        noted as changed: the expiry lists their tokens in ``_expired_keys``."""
+        old = self._counts[rows]
+        self._counts[rows] = 0.0
+        self._array_rows_changed(rows)
+        self._nnz[rows] = 0
+        self._vocab -= int(np.count_nonzero(np.count_nonzero(old, axis=1)))
+        self._n_negative -= int(np.count_nonzero(old < 0))
+        if self._tracks_updates():
+            zeros = np.zeros(len(rows))
+            for c in range(len(self._labels)):
+                self._after_update(c, old[:, c], zeros)
+        self._invalidate(None)
+        self._lookup_cache = None
+        if self._changed_rows is not None:
+            self._totals_changed = True
 
 
 class KeyedWholeModel:
