@@ -204,12 +204,29 @@ class KeyedTextStatistics:
         """``changed_keys()`` as the changed tokens themselves (in its order) and the other
         changed keys: a changelog commit reads thousands of tokens, and a key tuple each is
         made only to be taken apart again."""
+        tokens, _ = self._changed_token_rows()
+        return tokens, [TOTALS_KEY] if self._totals_changed else []
+
+    def _changed_token_rows(self) -> tuple[list, np.ndarray]:
+        """The changed tokens, those of the changed rows (in the changed set's order) then
+        the expired ones not among them, and their rows (-1: not held); distinct tokens,
+        neither hashed into a set nor looked up but the expired."""
         if self._changed_rows is None:
             raise RuntimeError("changed_keys() before mark_changes(): nothing is tracked")
-        tokens = set(map(self._keys.__getitem__, self._changed_rows))
-        # tokens whose rows were freed (expired): written as tombstones unless learned since
-        tokens.update(self._expired_keys)
-        return list(tokens), [TOTALS_KEY] if self._totals_changed else []
+        changed = self._changed_rows
+        rows = np.fromiter(changed, dtype=np.intp, count=len(changed))
+        tokens = list(map(self._keys.__getitem__, rows.tolist()))
+        if self._expired_keys:
+            # tokens whose rows were freed (expired): written as tombstones unless learned
+            # since (then a changed row's token already)
+            get = self._index.get
+            gone = [(token, row) for token in self._expired_keys
+                    if (row := get(token, -1)) < 0 or row not in changed]
+            if gone:
+                tokens.extend(token for token, _ in gone)
+                rows = np.concatenate([rows, np.array([row for _, row in gone],
+                                                      dtype=np.intp)])
+        return tokens, rows
 
     def changed_token_count(self) -> int:
         """``len(changed_tokens()[0])``, without making the list: a commit that rewrites the
@@ -279,21 +296,31 @@ class KeyedTextStatistics:
         the labels (sorted), a float array of a row per token and a column per label (zeros
         for a token without counts) and, with last-seen stamps, their stamps (int64; 0 for a
         token not held). ``token_values`` are the same counts as dicts."""
+        return self._rows_table(
+            np.array(list(map(self._index.get, tokens, repeat(-1))), dtype=np.intp))
+
+    def _rows_table(self, rows: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+        """``token_table`` of the tokens of ``rows`` (-1: a token not held)."""
         labels = self._labels
         order = sorted(range(len(labels)), key=labels.__getitem__)
-        rows = np.array(list(map(self._index.get, tokens, repeat(-1))), dtype=np.intp)
         present = rows >= 0
         if present.all():
             table = self._counts[rows][:, order]
             stamps = self._seen[rows] if self._seen is not None else None
         else:
-            table = np.zeros((len(tokens), len(order)))
+            table = np.zeros((len(rows), len(order)))
             table[present] = self._counts[rows[present]][:, order]
             stamps = None
             if self._seen is not None:
-                stamps = np.zeros(len(tokens), dtype=np.int64)
+                stamps = np.zeros(len(rows), dtype=np.int64)
                 stamps[present] = self._seen[rows[present]]
         return [labels[c] for c in order], table, stamps
+
+    def changed_table(self) -> tuple[list, list[str], np.ndarray, np.ndarray | None]:
+        """``changed_tokens()[0]`` and ``token_table`` of them, from the changed rows: a
+        commit's tokens are not looked up for their counts."""
+        tokens, rows = self._changed_token_rows()
+        return tokens, *self._rows_table(rows)
 
     def vocabulary_table(self) -> tuple[list, list[str], np.ndarray, np.ndarray | None]:
         """Every token with counts and ``token_table`` of them, from the rows (no token
