@@ -331,3 +331,26 @@ def test_the_changed_token_count_and_the_vocabulary_table(name, stamps, steps, b
     assert (seen is None) == (not stamps)
     if stamps:
         assert seen.tolist() == want_seen[order].tolist()
+
+
+@pytest.mark.parametrize("name", TEXT_MODELS)
+@given(steps=STEPS, more=st.lists(MESSAGE, max_size=6), probe=MESSAGE)
+@settings(max_examples=60, deadline=None)
+def test_the_rows_an_expiry_frees_leave_the_index_consistent(name, steps, more, probe):
+    """After expiries free rows (kept rows moved into freed ones), every indexed token is at
+    its row, the key bytes are the keys', and learning more (new rows, the C batch step's
+    table of the keys made again) gives the model a fresh one would be."""
+    model = tracked(name)
+    run(model, steps)
+    assert len(model._index) == len(model._keys)
+    assert all(model._keys[row] == token for token, row in model._index.items())
+    if model.n_buckets is None:
+        assert model._key_bytes == sum(map(len, model._keys))
+    labels = [("ham", "spam")[i % 2] for i in range(len(more))]
+    if hasattr(model, "prequential_many"):
+        model.prequential_many(more, labels)
+    else:
+        for x, y in zip(more, labels, strict=True):
+            model.learn_one(x, y)
+    fresh = type(model).from_state(model.to_state())
+    assert_same_model(fresh, model, probe)
