@@ -1228,7 +1228,7 @@ class TextModel(KeyedTextStatistics, Model):
         and ``("totals",)``), for a sum of slices to follow; {} when within budget.
         ``old_values=False``: the same keys, each None (the values are not read: a slice
         that is the whole model has no sum to follow, and the gather is a fifth of the
-        expiry's CPU)."""
+        expiry's CPU), in a read-only mapping that makes no key tuple until asked."""
         if self._seen is None:
             raise RuntimeError("expire() needs track_last_seen()")
         keep = max_tokens if keep is None else keep
@@ -1240,13 +1240,12 @@ class TextModel(KeyedTextStatistics, Model):
         doomed = list(map(self._keys.__getitem__, rows.tolist()))
         from streamnb.models._keyed import TOTALS_KEY
 
-        keys = list(zip(repeat("token"), doomed))
         if old_values:
+            keys = list(zip(repeat("token"), doomed))
             before = dict(zip(keys, self.stat_values(keys), strict=True))  # one gather
             before[TOTALS_KEY] = self.stat_value(TOTALS_KEY)
         else:
-            before = dict.fromkeys(keys)
-            before[TOTALS_KEY] = None
+            before = _ExpiredKeys(doomed)
         removed = self._counts[rows].sum(axis=0)
         tracking = self._changed_rows
         self._zero_rows(rows)
@@ -1268,6 +1267,10 @@ class TextModel(KeyedTextStatistics, Model):
         if kept.size == used:
             return
         keys = list(map(self._keys.__getitem__, kept.tolist()))
+        # the freed keys' characters (fewer than the kept ones, and just read by the expiry)
+        freed_bytes = (sum(map(len, map(self._keys.__getitem__,
+                                        np.flatnonzero(self._nnz[:used] == 0).tolist())))
+                       if self.n_buckets is None else 0)
         changed = None
         if self._changed_rows is not None:
             renumber = np.full(used, -1, dtype=np.intp)
@@ -1290,12 +1293,43 @@ class TextModel(KeyedTextStatistics, Model):
         self._keys = keys
         self._index = dict(zip(keys, range(len(keys)), strict=True))
         if self.n_buckets is None:
-            self._key_bytes = sum(map(len, keys))
+            self._key_bytes -= freed_bytes
         self._lookup_cache = None
         self._recount()
         self._rebuild()
         if changed is not None:
             self._changed_rows = changed
+
+
+class _ExpiredKeys(Mapping):
+    """``{("token", t): None for t in tokens} | {("totals",): None}`` (an expiry without old
+    values), its key tuples made only when iterated: the daemon's commit reads its length."""
+
+    __slots__ = ("_tokens", "_set")
+
+    def __init__(self, tokens: list) -> None:
+        self._tokens = tokens
+        self._set: set | None = None
+
+    def __len__(self) -> int:
+        return len(self._tokens) + 1
+
+    def __iter__(self):
+        from streamnb.models._keyed import TOTALS_KEY
+
+        yield from zip(repeat("token"), self._tokens)
+        yield TOTALS_KEY
+
+    def __getitem__(self, key: Any) -> None:
+        from streamnb.models._keyed import TOTALS_KEY
+
+        if key == TOTALS_KEY:
+            return None
+        if self._set is None:
+            self._set = set(self._tokens)
+        if type(key) is tuple and len(key) == 2 and key[0] == "token" and key[1] in self._set:
+            return None
+        raise KeyError(key)
 
 
 #: The most bytes :func:`_key_ranks` gives an array of fixed-width byte strings (the longest

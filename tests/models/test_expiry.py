@@ -251,6 +251,9 @@ def test_an_expiry_without_old_values_removes_the_same_tokens(name, steps, budge
     without = twin.expire(budget, keep, old_values=False)
     assert list(without) == list(before)
     assert all(value is None for value in without.values())
+    assert dict(without) == dict.fromkeys(before) and len(without) == len(before)
+    assert all(key in without for key in before)
+    assert ("token", "never learned") not in without and ("nothing",) not in without
     assert_same_model(twin, model, probe)
     assert sorted(map(str, twin.changed_keys())) == sorted(map(str, model.changed_keys()))
 
