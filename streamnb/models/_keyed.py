@@ -39,7 +39,10 @@ The protocol (on :class:`~streamnb.models._base.Model`):
 A text model also says the same in tokens, for a changelog commit that reads hundreds of
 thousands of them (the changelog falls back to the keys for a model without them):
 ``changed_tokens()`` is ``changed_keys()`` as the changed tokens (in its order) and the other
-keys; ``token_values(tokens)`` is ``[stat_value(("token", t)) for t in tokens]``.
+keys; ``token_values(tokens)`` is ``[stat_value(("token", t)) for t in tokens]``. And in arrays,
+made from the model's rows with no token looked up: ``changed_table()``, the changed tokens
+with their counts (``token_table``'s columns); ``vocabulary_table()``, every token's, by last
+seen; ``changed_token_count()``, how many tokens changed.
 
 >>> from streamnb.models import make_model
 >>> slice_ = make_model("multinomial", alpha=1.0, repeated_words="count")
