@@ -482,7 +482,6 @@ class KeyedTextStatistics:
             self._note_rows(rows)
         return rows
 
-
     def _zero_rows(self, rows: np.ndarray) -> None:
         """``_set_rows`` of distinct present ``rows`` to no counts (an expiry's tokens), from
         their rows: the tokens are not looked up nor given a dict each. The rows are not

@@ -1215,7 +1215,7 @@ class TextModel(KeyedTextStatistics, Model):
         return rows[np.lexsort((rank, total, seen))[:n]]
 
     def expire(self, max_tokens: int, keep: int | None = None,
-               old_values: bool = True) -> dict[tuple, Any]:
+               old_values: bool = True) -> Mapping[tuple, Any]:
         """If the vocabulary holds more than ``max_tokens`` tokens, remove tokens in
         :meth:`expiry_order` until ``keep`` remain (default ``max_tokens``; SpamAssassin
         keeps max(75 %, 100,000) of ``bayes_expiry_max_db_size``).
