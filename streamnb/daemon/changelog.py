@@ -452,11 +452,16 @@ class _Pages:
         page (each removes the tokens whose home it still is: those no longer held)."""
         old = sorted(self.listed)
         self.home, self.listed, self.live, self.stale = {}, {}, {}, {}
-        tokens = [key[1] for key in model.stat_keys() if key[0] == "token"]
-        values = _values_of(model, tokens)
-        order = values.by_last_seen()
-        if order is not None:
-            tokens, values = list(map(tokens.__getitem__, order)), values.take(order)
+        table = getattr(model, "vocabulary_table", None)
+        if table is not None:  # the tokens and their counts from the model's rows
+            tokens, *columns = table()
+            values = _Columns(*columns)
+        else:
+            tokens = [key[1] for key in model.stat_keys() if key[0] == "token"]
+            values = _values_of(model, tokens)
+            order = values.by_last_seen()
+            if order is not None:
+                tokens, values = list(map(tokens.__getitem__, order)), values.take(order)
         records: Records = []
         self._pages(tokens, values, max_value_bytes, records)
         records.extend(_page_record(page, None) for page in old)
@@ -586,14 +591,17 @@ def _values_of(model: Any, tokens: list) -> _Values:
 
 
 def _token_records(model: Any, tokens: list, max_value_bytes: int,
-                   whole: bool = False) -> Records:
-    """The records of the changed ``tokens`` (each once): pages of their values, the pages
-    they leave tombstoned or cleaned (module docstring). ``whole``: every token of the
-    model, in pages numbered from 0 (the slice alone, as a compacted log of it holds it)."""
+                   whole: bool = False, values: _Values | None = None) -> Records:
+    """The records of the changed ``tokens`` (each once; their ``values`` if known): pages of
+    their values, the pages they leave tombstoned or cleaned (module docstring). ``whole``:
+    every token of the model, in pages numbered from 0 (the slice alone, as a compacted log
+    of it holds it)."""
     pages = _Pages() if whole else _pages_of(model)
     if pages.rewrites_whole(model, len(tokens)):
         return pages.rewrite(model, max_value_bytes)
-    return pages.commit(model, tokens, _values_of(model, tokens), max_value_bytes)
+    if values is None:
+        values = _values_of(model, tokens)
+    return pages.commit(model, tokens, values, max_value_bytes)
 
 
 def _changed_stat_records(model: Any, max_value_bytes: int) -> Records:
@@ -602,26 +610,48 @@ def _changed_stat_records(model: Any, max_value_bytes: int) -> Records:
     changed_tokens = getattr(model, "changed_tokens", None)
     if changed_tokens is None:
         return _stat_records(model, model.changed_keys(), max_value_bytes)
+    count = getattr(model, "changed_token_count", None)
+    if count is not None:
+        pages = _pages_of(model)
+        if pages.rewrites_whole(model, count()):  # the changed tokens need not be listed
+            records = pages.rewrite(model, max_value_bytes)
+            records.extend(_other_records(model, model.changed_other_keys()))
+            return records
+    table = getattr(model, "changed_table", None)
+    if table is not None:  # the tokens and their counts from the model's changed rows
+        tokens, *columns = table()
+        return _stat_records(model, model.changed_other_keys(), max_value_bytes,
+                             tokens=tokens, values=_Columns(*columns))
     tokens, others = changed_tokens()
     return _stat_records(model, others, max_value_bytes, tokens=tokens)
 
 
+def _other_records(model: Any, keys: list[tuple]) -> Records:
+    """The records of keys that are not tokens (the totals, a whole model), sorted."""
+    return [_stat_record(key, model.stat_value(key)) for key in sorted(keys, key=_sort_key)]
+
+
 def _stat_records(model: Any, keys: Iterable[tuple], max_value_bytes: int,
-                  whole: bool = False, tokens: list | None = None) -> Records:
-    """The records of ``keys`` (and of the token keys of ``tokens``, given as the tokens)."""
+                  whole: bool = False, tokens: list | None = None,
+                  values: _Values | None = None) -> Records:
+    """The records of ``keys`` (and of the token keys of ``tokens``, given as the tokens,
+    with their ``values`` if known)."""
     tokens = [] if tokens is None else tokens
     others = []
+    given = len(tokens)
     for key in keys:
         if key[0] == "token":
             tokens.append(key[1])
         else:
             others.append(key)
+    if len(tokens) != given:
+        values = None
     # A model with tokens commits them even when none changed: the first commit after the
     # earlier layout moves its tokens into pages, and an untracked change is caught.
     has_tokens = tokens or hasattr(model, "vocabulary_size")
-    records = _token_records(model, tokens, max_value_bytes, whole) if has_tokens else []
-    records.extend(_stat_record(key, model.stat_value(key))
-                   for key in sorted(others, key=_sort_key))
+    records = (_token_records(model, tokens, max_value_bytes, whole, values) if has_tokens
+               else [])
+    records.extend(_other_records(model, others))
     return records
 
 

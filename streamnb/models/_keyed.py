@@ -39,7 +39,10 @@ The protocol (on :class:`~streamnb.models._base.Model`):
 A text model also says the same in tokens, for a changelog commit that reads hundreds of
 thousands of them (the changelog falls back to the keys for a model without them):
 ``changed_tokens()`` is ``changed_keys()`` as the changed tokens (in its order) and the other
-keys; ``token_values(tokens)`` is ``[stat_value(("token", t)) for t in tokens]``.
+keys; ``token_values(tokens)`` is ``[stat_value(("token", t)) for t in tokens]``. And in arrays,
+made from the model's rows with no token looked up: ``changed_table()``, the changed tokens
+with their counts (``token_table``'s columns); ``vocabulary_table()``, every token's, by last
+seen; ``changed_token_count()``, how many tokens changed.
 
 >>> from streamnb.models import make_model
 >>> slice_ = make_model("multinomial", alpha=1.0, repeated_words="count")
@@ -204,12 +207,45 @@ class KeyedTextStatistics:
         """``changed_keys()`` as the changed tokens themselves (in its order) and the other
         changed keys: a changelog commit reads thousands of tokens, and a key tuple each is
         made only to be taken apart again."""
+        tokens, _ = self._changed_token_rows()
+        return tokens, [TOTALS_KEY] if self._totals_changed else []
+
+    def _changed_token_rows(self) -> tuple[list, np.ndarray]:
+        """The changed tokens, those of the changed rows (in the changed set's order) then
+        the expired ones not among them, and their rows (-1: not held); distinct tokens,
+        neither hashed into a set nor looked up but the expired."""
         if self._changed_rows is None:
             raise RuntimeError("changed_keys() before mark_changes(): nothing is tracked")
-        tokens = set(map(self._keys.__getitem__, self._changed_rows))
-        # tokens whose rows were freed (expired): written as tombstones unless learned since
-        tokens.update(self._expired_keys)
-        return list(tokens), [TOTALS_KEY] if self._totals_changed else []
+        changed = self._changed_rows
+        rows = np.fromiter(changed, dtype=np.intp, count=len(changed))
+        tokens = list(map(self._keys.__getitem__, rows.tolist()))
+        if self._expired_keys:
+            # tokens whose rows were freed (expired): written as tombstones unless learned
+            # since (then a changed row's token already)
+            get = self._index.get
+            gone = [(token, row) for token in self._expired_keys
+                    if (row := get(token, -1)) < 0 or row not in changed]
+            if gone:
+                tokens.extend(token for token, _ in gone)
+                rows = np.concatenate([rows, np.array([row for _, row in gone],
+                                                      dtype=np.intp)])
+        return tokens, rows
+
+    def changed_token_count(self) -> int:
+        """``len(changed_tokens()[0])``, without making the list: a commit that rewrites the
+        whole slice (when it changed as many tokens as the slice holds) needs only the count."""
+        if self._changed_rows is None:
+            raise RuntimeError("changed_keys() before mark_changes(): nothing is tracked")
+        rows, get = self._changed_rows, self._index.get
+        # an expired token learned again since is a changed row's token already
+        return len(rows) + sum(1 for token in self._expired_keys
+                               if (row := get(token)) is None or row not in rows)
+
+    def changed_other_keys(self) -> list[tuple]:
+        """The changed keys that are not tokens (``changed_tokens()[1]``)."""
+        if self._changed_rows is None:
+            raise RuntimeError("changed_keys() before mark_changes(): nothing is tracked")
+        return [TOTALS_KEY] if self._totals_changed else []
 
     def _note_rows(self, rows) -> None:
         """Called by the update paths with the rows they wrote (when tracking)."""
@@ -263,21 +299,44 @@ class KeyedTextStatistics:
         the labels (sorted), a float array of a row per token and a column per label (zeros
         for a token without counts) and, with last-seen stamps, their stamps (int64; 0 for a
         token not held). ``token_values`` are the same counts as dicts."""
+        return self._rows_table(
+            np.array(list(map(self._index.get, tokens, repeat(-1))), dtype=np.intp))
+
+    def _rows_table(self, rows: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+        """``token_table`` of the tokens of ``rows`` (-1: a token not held)."""
         labels = self._labels
         order = sorted(range(len(labels)), key=labels.__getitem__)
-        rows = np.array(list(map(self._index.get, tokens, repeat(-1))), dtype=np.intp)
         present = rows >= 0
         if present.all():
             table = self._counts[rows][:, order]
             stamps = self._seen[rows] if self._seen is not None else None
         else:
-            table = np.zeros((len(tokens), len(order)))
+            table = np.zeros((len(rows), len(order)))
             table[present] = self._counts[rows[present]][:, order]
             stamps = None
             if self._seen is not None:
-                stamps = np.zeros(len(tokens), dtype=np.int64)
+                stamps = np.zeros(len(rows), dtype=np.int64)
                 stamps[present] = self._seen[rows[present]]
         return [labels[c] for c in order], table, stamps
+
+    def changed_table(self) -> tuple[list, list[str], np.ndarray, np.ndarray | None]:
+        """``changed_tokens()[0]`` and ``token_table`` of them, from the changed rows: a
+        commit's tokens are not looked up for their counts."""
+        tokens, rows = self._changed_token_rows()
+        return tokens, *self._rows_table(rows)
+
+    def vocabulary_table(self) -> tuple[list, list[str], np.ndarray, np.ndarray | None]:
+        """Every token with counts and ``token_table`` of them, from the rows (no token
+        looked up), in row order or, with last-seen stamps, ordered by them (stable): what a
+        changelog's rewrite of the whole slice writes."""
+        rows = self._vocabulary_rows()
+        if self._seen is not None:
+            rows = rows[np.argsort(self._seen[rows], kind="stable")]
+        labels = self._labels
+        order = sorted(range(len(labels)), key=labels.__getitem__)
+        tokens = list(map(self._keys.__getitem__, rows.tolist()))
+        stamps = self._seen[rows] if self._seen is not None else None
+        return tokens, [labels[c] for c in order], self._counts[rows][:, order], stamps
 
     def token_values(self, tokens: list) -> list[Any]:
         """``[self.stat_value(("token", t)) for t in tokens]``, made a block at a time: the
@@ -422,6 +481,25 @@ class KeyedTextStatistics:
         if self._changed_rows is not None:
             self._note_rows(rows)
         return rows
+
+    def _zero_rows(self, rows: np.ndarray) -> None:
+        """``_set_rows`` of distinct present ``rows`` to no counts (an expiry's tokens), from
+        their rows: the tokens are not looked up nor given a dict each. The rows are not
+        noted as changed: the expiry lists their tokens in ``_expired_keys``."""
+        old = self._counts[rows]
+        self._counts[rows] = 0.0
+        self._array_rows_changed(rows)
+        self._nnz[rows] = 0
+        self._vocab -= int(np.count_nonzero(np.count_nonzero(old, axis=1)))
+        self._n_negative -= int(np.count_nonzero(old < 0))
+        if self._tracks_updates():
+            zeros = np.zeros(len(rows))
+            for c in range(len(self._labels)):
+                self._after_update(c, old[:, c], zeros)
+        self._invalidate(None)
+        self._lookup_cache = None
+        if self._changed_rows is not None:
+            self._totals_changed = True
 
 
 class KeyedWholeModel:

@@ -802,9 +802,11 @@ def test_a_changelog_with_a_record_per_entry_is_read_and_rewritten_into_runs():
 class KeysOnly:
     """A model seen through the keyed protocol alone (``changed_keys``, ``stat_keys``,
     ``stat_value``): what the changelog falls back to for a model without
-    ``changed_tokens`` / ``token_values`` (the tokens' values a ``stat_value`` each)."""
+    ``changed_tokens`` / ``token_values`` and their array forms (the tokens' values a
+    ``stat_value`` each)."""
 
-    _HIDDEN = ("changed_tokens", "token_values", "stat_values")
+    _HIDDEN = ("changed_tokens", "token_values", "stat_values", "changed_table",
+               "changed_token_count", "vocabulary_table")
 
     def __init__(self, model):
         self._model = model

@@ -251,5 +251,109 @@ def test_an_expiry_without_old_values_removes_the_same_tokens(name, steps, budge
     without = twin.expire(budget, keep, old_values=False)
     assert list(without) == list(before)
     assert all(value is None for value in without.values())
+    assert dict(without) == dict.fromkeys(before) and len(without) == len(before)
+    assert all(key in without for key in before)
+    assert ("token", "never learned") not in without and ("nothing",) not in without
     assert_same_model(twin, model, probe)
     assert sorted(map(str, twin.changed_keys())) == sorted(map(str, model.changed_keys()))
+
+
+# Tokens of any text: non-ASCII, NUL (inside and at the end), lone surrogates, prefixes of
+# one another; the expiry sorts them by their UTF-8 bytes in numpy (``_key_ranks``).
+ANY_TOKEN = st.one_of(
+    st.text(max_size=6),
+    st.text(alphabet=st.sampled_from(["a", "\x00", "é", "\ud800", "\U0001f600", "\uffff"]),
+            max_size=4),
+)
+
+
+@given(messages=st.lists(st.tuples(st.dictionaries(ANY_TOKEN, st.integers(1, 3),
+                                                   min_size=1, max_size=6), LABEL),
+                         min_size=1, max_size=12),
+       cut=st.integers(0, 40))
+@settings(max_examples=200, deadline=None)
+def test_the_expiry_order_sorts_any_tokens_as_python_does(messages, cut):
+    """Ties of stamp and total count are broken by the token in Python's order of str, for
+    any tokens, and an expiry of any size takes the start of that order."""
+    model = MultinomialNB(alpha=1.0, repeated_words="count", idf=False, length_norm=False,
+                          min_spread=0.0)
+    model.track_last_seen()
+    for x, y in messages:
+        model.learn_one(x, y)
+    state = model.to_state()
+    entries = sorted(
+        (seen, sum(column[i] for column in state["counts"]), token)
+        for i, (token, seen) in enumerate(zip(state["vocabulary"], state["last_seen"],
+                                              strict=True)))
+    assert model.expiry_order() == [e[2] for e in entries]
+    n = min(cut, len(entries))
+    assert model._expiry_prefix(n) == [e[2] for e in entries[:n]]
+
+
+def test_the_expiry_order_of_long_tokens_is_sorted_as_objects(monkeypatch):
+    """Past the byte array's bound (a hostile token's length) the tokens are sorted as str
+    objects, to the same order."""
+    import streamnb.models._text as text
+
+    model = MultinomialNB()
+    model.track_last_seen()
+    tokens = ["b" * 300, "a" * 299 + "c", "a", "é"]
+    model.learn_one(dict.fromkeys(tokens, 1), "spam")
+    want = sorted(tokens)
+    assert model.expiry_order() == want
+    monkeypatch.setattr(text, "_MAX_KEY_ARRAY_BYTES", 10)
+    assert model.expiry_order() == want
+
+
+@pytest.mark.parametrize("name", TEXT_MODELS)
+@pytest.mark.parametrize("stamps", [True, False])
+@given(steps=STEPS, budget=st.integers(0, 8))
+@settings(max_examples=40, deadline=None)
+def test_the_changed_token_count_and_the_vocabulary_table(name, stamps, steps, budget):
+    """What a changelog's whole rewrite reads instead of listing the changed tokens and
+    looking each up: the count of ``changed_tokens()``'s tokens (expired, relabelled to
+    nothing, learned again after an expiry), the other changed keys, and every token's
+    counts from the rows, ordered by last seen (stable over the rows) with stamps."""
+    model = tracked(name) if stamps else TEXT_MODELS[name]()
+    if not stamps:
+        steps = [s for s in steps if s[0] != "commit"]
+    run(model, steps)
+    if stamps:
+        model.expire(budget, budget // 2)
+    tokens, others = model.changed_tokens()
+    assert model.changed_token_count() == len(tokens) == len(set(tokens))
+    assert model.changed_other_keys() == others
+    vocabulary = [key[1] for key in model.stat_keys() if key[0] == "token"]
+    got, labels, counts, seen = model.vocabulary_table()
+    want_labels, want_counts, want_seen = model.token_table(vocabulary)
+    order = (sorted(range(len(vocabulary)), key=want_seen.__getitem__) if stamps
+             else list(range(len(vocabulary))))
+    assert got == [vocabulary[i] for i in order]
+    assert labels == want_labels
+    assert counts.tolist() == want_counts[order].tolist()
+    assert (seen is None) == (not stamps)
+    if stamps:
+        assert seen.tolist() == want_seen[order].tolist()
+
+
+@pytest.mark.parametrize("name", TEXT_MODELS)
+@given(steps=STEPS, more=st.lists(MESSAGE, max_size=6), probe=MESSAGE)
+@settings(max_examples=60, deadline=None)
+def test_the_rows_an_expiry_frees_leave_the_index_consistent(name, steps, more, probe):
+    """After expiries free rows (kept rows moved into freed ones), every indexed token is at
+    its row, the key bytes are the keys', and learning more (new rows, the C batch step's
+    table of the keys made again) gives the model a fresh one would be."""
+    model = tracked(name)
+    run(model, steps)
+    assert len(model._index) == len(model._keys)
+    assert all(model._keys[row] == token for token, row in model._index.items())
+    if model.n_buckets is None:
+        assert model._key_bytes == sum(map(len, model._keys))
+    labels = [("ham", "spam")[i % 2] for i in range(len(more))]
+    if hasattr(model, "prequential_many"):
+        model.prequential_many(more, labels)
+    else:
+        for x, y in zip(more, labels, strict=True):
+            model.learn_one(x, y)
+    fresh = type(model).from_state(model.to_state())
+    assert_same_model(fresh, model, probe)
