@@ -373,8 +373,10 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
     globals()["build_daemon"] = build_timed
     restore.append((prepare_module, "decode", prepare_module.decode))
     timed(prepare_module, "decode", "decode JSON (in this process)")
-    restore.append((commit_module, "changed_records", commit_module.changed_records))
-    timed(commit_module, "changed_records", "commit: make the changelog records")
+    for name, stage in (("changed_feedback_records", "commit: make the store's records"),
+                        ("changed_model_records", "commit: make the model's records")):
+        restore.append((commit_module, name, getattr(commit_module, name)))
+        timed(commit_module, name, stage)
     timed(FeedbackStore, "encode_x", "feedback store: encode x")
     timed(MultinomialNB, "predict_proba_one", "predict, one message")  # the default model
     timed(MultinomialNB, "prequential_many", "model step, a run of messages")
