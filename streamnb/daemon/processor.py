@@ -197,8 +197,9 @@ class RecordProcessor:
         the live model does not decay (every learn moves its clock: one message at a time).
 
         What each member then costs besides the model step is its feedback entry, its
-        prediction (unlabelled) or its metrics' observation (labelled): the counters, the
-        observations and the offsets are added up for the run."""
+        prediction (unlabelled) or its metrics' observation (labelled): the feedback entries
+        are remembered a slice's run at a time (``FeedbackStore.remember_many``), the
+        counters and the observations added up for the run."""
         if not run.ids:
             return
         live = self.live
@@ -213,24 +214,30 @@ class RecordProcessor:
                 self.offsets[new.key] = new.record.offset + 1
             return
         slices, offsets, latencies = self.parts.slices, self.offsets, self._latencies
+        keys = run.keys
+        if keys[0] == keys[-1] and keys.count(keys[0]) == len(keys):
+            slices[keys[0]].store.remember_many(keys[0], run.ids, run.x_jsons, run.labels)
+        else:
+            for key in dict.fromkeys(keys):
+                members = [i for i, of in enumerate(keys) if of == key]
+                slices[key].store.remember_many(
+                    key, [run.ids[i] for i in members], [run.x_jsons[i] for i in members],
+                    [run.labels[i] for i in members])
         label_of, emit, perf_counter = self._label_of, self._emit, time.perf_counter
         observations: list[tuple[str, str | None, dict]] = []
         unlabelled = 0
-        part_key = part = remember = None
-        for record, key, msg_id, label, x, x_json, started, proba in zip(
-                run.records, run.keys, run.ids, run.labels, run.xs, run.x_jsons, run.started,
-                probas, strict=True):
-            if key != part_key:
-                part_key, part = key, slices[key]
-                remember = part.store.remember
+        part_key = part = None
+        for record, key, msg_id, label, x, started, proba in zip(
+                run.records, keys, run.ids, run.labels, run.xs, run.started, probas,
+                strict=True):
             if label is None:
                 unlabelled += 1
-                remember(msg_id, key, x_json, None)
                 emit(msg_id, label_of(proba), proba, record, started, updates)
             else:
                 observations.append((label, label_of(proba), proba))
-                remember(msg_id, key, x_json, label)
                 updates += 1
+                if key != part_key:
+                    part_key, part = key, slices[key]
                 if part.model is not live:  # the live model learned it in the batch step
                     part.model.learn_one(x, label)
                 latencies.append(perf_counter() - started)
