@@ -37,6 +37,7 @@ dead-letters it with reason ``unknown_id``.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import KeysView
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +129,11 @@ class FeedbackStore:
 
     def __contains__(self, msg_id: str) -> bool:
         return msg_id in self._entries
+
+    def ids(self) -> KeysView[str]:
+        """The ids held, as a live view (``in`` without a call into the store; a restore's
+        :meth:`order_by_arrival` makes a new view)."""
+        return self._entries.keys()
 
     def get(self, msg_id: str) -> Entry | None:
         return self._entries.get(msg_id)

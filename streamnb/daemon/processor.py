@@ -128,9 +128,10 @@ class RecordProcessor:
             self._output_rooms.clear()
             run = _Run()
             # Per partition of the batch, its slice key if owned (None: revoked while the
-            # batch was in flight, its new owner reads it), whether it is scored in runs, and
-            # its feedback store: none changes while the lock is held.
-            partitions: dict[tuple[str, int], tuple[str | None, bool, Any]] = {}
+            # batch was in flight, its new owner reads it), whether it is scored in runs, the
+            # ids its feedback store holds and the bytes of its store's run records: none
+            # changes while the lock is held.
+            partitions: dict[tuple[str, int], tuple[str | None, bool, Any, int]] = {}
             # Whether any message may join a run (decay moves the clock at every learn; an
             # explanation is computed on the model that predicted): the same for the batch.
             runs_possible = getattr(self.live, "half_life", None) is None
@@ -143,10 +144,14 @@ class RecordProcessor:
                 known = partitions.get(tp)
                 if known is None:
                     key = slice_key(tp)
-                    known = partitions[tp] = (
-                        (key, runs_possible and self._batches(key), self._store(key))
-                        if key in self.slices else (None, False, None))
-                key, batches, store = known
+                    if key in self.slices:
+                        store = self._store(key)
+                        known = (key, runs_possible and self._batches(key), store.ids(),
+                                 store.run_max_bytes - LABEL_ROOM)
+                    else:
+                        known = (None, False, None, 0)
+                    partitions[tp] = known
+                key, batches, held, room = known
                 if key is None:
                     continue
                 started = perf_counter()
@@ -157,8 +162,9 @@ class RecordProcessor:
                     if notes:
                         self._featurizer_noted(msg_id, notes)
                     if ((unlabelled_joins if label is None else not labels or label in labels)
-                            and msg_id not in store and msg_id not in run.id_set
-                            and self._fits_state(key, msg_id, x_json, label)):
+                            and msg_id not in held and msg_id not in run.id_set
+                            and (len(x_json) + 6 * (len(msg_id) + len(label or "")) < room
+                                 or self._fits_state(key, msg_id, x_json, label))):
                         run.add(record, key, msg_id, label, x, x_json, started)
                         continue
                 elif result is not None and result[0] == MESSAGE and result[5]:
@@ -182,9 +188,14 @@ class RecordProcessor:
         value = record.value
         if value is not None and len(value) > self.max_value_bytes:
             return None
-        return prepare_value(
-            self.pipeline, value, f"{record.topic}:{record.partition}:{record.offset}"
-        )
+        result = prepare_value(self.pipeline, value, None)
+        if result[0] == DECODE_ERROR and result[1] == "bad_id":
+            # No id, or not a usable one: decoded again with the record's place as the id it
+            # lacks (made only now: a string a record cost more than the check), which gives
+            # what decoding with it at once gives.
+            result = prepare_value(
+                self.pipeline, value, f"{record.topic}:{record.partition}:{record.offset}")
+        return result
 
     def _apply_run(self, run: _Run) -> None:
         """Score and learn a run of plain new messages with one ``prequential_many`` call.
