@@ -366,8 +366,10 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
         timed(daemon.pipeline, "prepare", "featurize (in this process)")
         timed(daemon.preparer, "results", "wait for the prepared results")
         timed(daemon.metrics, "observe_labelled", "metrics: queue observation")
+        timed(daemon.metrics, "observe_labelled_many", "metrics: queue a run's observations")
         timed(daemon.metrics, "_fold", "metrics: fold into the counts")
         timed(FeedbackStore, "remember", "feedback store")
+        timed(FeedbackStore, "remember_many", "feedback store, a run at a time")
         return daemon
 
     globals()["build_daemon"] = build_timed
