@@ -174,9 +174,10 @@ class FeedbackStore:
                       labels: list[str | None]) -> int:
         """:meth:`remember` for each ``(ids[i], slice_key, x_jsons[i], labels[i])`` in order,
         without a learn clock: the same entries, runs, bytes and evictions, with the newest
-        run, the counts and the lookups kept across the entries (a call each cost more than
-        the rest of a short message's bookkeeping). An id the store holds already goes
-        through :meth:`remember`. Returns how many old entries were evicted."""
+        run, the counts and the lookups kept across the entries (a call each, with its
+        lookups, was the largest part of a short message's bookkeeping in the daemon's batch
+        step). An id the store holds already goes through :meth:`remember`. Returns how many
+        old entries were evicted."""
         entries, runs, run_bytes = self._entries, self._runs, self._run_bytes
         changed_runs, run_max_bytes = self._changed_runs, self.run_max_bytes
         slice_key = self._slice_names.setdefault(slice_key, slice_key)

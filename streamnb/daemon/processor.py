@@ -58,10 +58,10 @@ class _NewMessage:
 
 
 class _Run:
-    """Consecutive plain new messages of one batch, not yet scored, as parallel lists (the
-    model step takes the inputs and labels as lists; a :class:`_NewMessage` each cost more
-    than the rest of the bookkeeping of a run's member): each member's record, slice key, id,
-    label, model input, its JSON, and when its processing began."""
+    """Consecutive plain new messages of one batch, not yet scored, as parallel lists, which
+    the model step takes as they are (instead of a :class:`_NewMessage` each and the lists
+    made from them): each member's record, slice key, id, label, model input, its JSON, and
+    when its processing began."""
 
     __slots__ = ("records", "keys", "ids", "labels", "xs", "x_jsons", "started", "id_set")
 
