@@ -366,15 +366,19 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
         timed(daemon.pipeline, "prepare", "featurize (in this process)")
         timed(daemon.preparer, "results", "wait for the prepared results")
         timed(daemon.metrics, "observe_labelled", "metrics: queue observation")
+        timed(daemon.metrics, "observe_labelled_many", "metrics: queue a run's observations")
         timed(daemon.metrics, "_fold", "metrics: fold into the counts")
         timed(FeedbackStore, "remember", "feedback store")
+        timed(FeedbackStore, "remember_many", "feedback store, a run at a time")
         return daemon
 
     globals()["build_daemon"] = build_timed
     restore.append((prepare_module, "decode", prepare_module.decode))
     timed(prepare_module, "decode", "decode JSON (in this process)")
-    restore.append((commit_module, "changed_records", commit_module.changed_records))
-    timed(commit_module, "changed_records", "commit: make the changelog records")
+    for name, stage in (("changed_feedback_records", "commit: make the store's records"),
+                        ("changed_model_records", "commit: make the model's records")):
+        restore.append((commit_module, name, getattr(commit_module, name)))
+        timed(commit_module, name, stage)
     timed(FeedbackStore, "encode_x", "feedback store: encode x")
     timed(MultinomialNB, "predict_proba_one", "predict, one message")  # the default model
     timed(MultinomialNB, "prequential_many", "model step, a run of messages")

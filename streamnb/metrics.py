@@ -669,6 +669,26 @@ class Metrics:
             if len(self._pending) >= _FOLD_EVERY:
                 self._fold()
 
+    def observe_labelled_many(
+        self, observations: list[tuple[str, str | None, dict[str, float]]]
+    ) -> None:
+        """:meth:`observe_labelled` for each ``(y_true, y_pred, proba)``, in order, with one
+        lock and no copy of each ``proba``: the metrics keep the dicts, which the caller must
+        not change afterwards (the daemon's batch step hands over a fresh dict per message).
+        The counts are folded at the same points as one call each would fold them, so the
+        state is the same."""
+        scored = [item for item in observations if item[1] is not None]
+        with self._lock:
+            self._unscored += len(observations) - len(scored)
+            pending = self._pending
+            while scored:
+                room = _FOLD_EVERY - len(pending)
+                pending.extend(scored[:room])
+                scored = scored[room:]
+                if len(pending) >= _FOLD_EVERY:
+                    self._fold()
+                    pending = self._pending
+
     def _fold(self) -> None:
         """Bring the counts up to date with the queued observations (caller holds the lock)."""
         if not self._pending:

@@ -37,6 +37,7 @@ dead-letters it with reason ``unknown_id``.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import KeysView
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,6 +130,11 @@ class FeedbackStore:
     def __contains__(self, msg_id: str) -> bool:
         return msg_id in self._entries
 
+    def ids(self) -> KeysView[str]:
+        """The ids held, as a live view (``in`` without a call into the store; a restore's
+        :meth:`order_by_arrival` makes a new view)."""
+        return self._entries.keys()
+
     def get(self, msg_id: str) -> Entry | None:
         return self._entries.get(msg_id)
 
@@ -162,6 +168,53 @@ class FeedbackStore:
         self._entries[msg_id] = entry
         self.nbytes += self._size(msg_id, entry)
         self._join_run(msg_id, entry.run, cost)
+        return self._evict_oldest()
+
+    def remember_many(self, slice_key: str, ids: list[str], x_jsons: list[bytes],
+                      labels: list[str | None]) -> int:
+        """:meth:`remember` for each ``(ids[i], slice_key, x_jsons[i], labels[i])`` in order,
+        without a learn clock: the same entries, runs, bytes and evictions, with the newest
+        run, the counts and the lookups kept across the entries (a call each, with its
+        lookups, was the largest part of a short message's bookkeeping in the daemon's batch
+        step). An id the store holds already goes through :meth:`remember`. Returns how many
+        old entries were evicted."""
+        entries, runs, run_bytes = self._entries, self._runs, self._run_bytes
+        changed_runs, run_max_bytes = self._changed_runs, self.run_max_bytes
+        slice_key = self._slice_names.setdefault(slice_key, slice_key)
+        dumps, exact = orjson.dumps, _exact
+        overhead = _ENTRY_JSON_OVERHEAD
+        slice_bytes = len(slice_key) + ENTRY_OVERHEAD
+        run = entries[next(reversed(entries))].run if entries else None
+        members = runs.get(run) if run is not None else None
+        evicted = 0
+        for msg_id, x_json, label in zip(ids, x_jsons, labels, strict=True):
+            if msg_id in entries:
+                evicted += self.remember(msg_id, slice_key, x_json, label)
+                run = entries[msg_id].run
+                members = runs.get(run)
+                continue
+            x_json = exact(x_json)
+            cost = len(x_json) + len(dumps(msg_id)) + len(dumps(label)) + overhead
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            if members is None or len(members) >= RUN_ENTRIES or (
+                    run_bytes[run] + cost > run_max_bytes):
+                run = seq
+                members = runs[run] = {}
+                run_bytes[run] = 2  # the list's brackets
+            entries[msg_id] = Entry(slice_key, label, x_json, seq, None, run)
+            members[msg_id] = None
+            run_bytes[run] += cost + 1  # and its comma
+            if changed_runs is not None:
+                changed_runs.add(run)
+            self.nbytes += len(msg_id) + len(x_json) + slice_bytes
+            if len(entries) > self.max_ids or self.nbytes > self.max_bytes:
+                evicted += self._evict_oldest()
+        return evicted
+
+    def _evict_oldest(self) -> int:
+        """Forget the oldest entries until the store is within its bounds (the newest stays);
+        returns how many."""
         evicted = 0
         while len(self._entries) > 1 and (
             len(self._entries) > self.max_ids or self.nbytes > self.max_bytes

@@ -147,6 +147,7 @@ class Daemon(RecordProcessor, Committer):
         self.dead_letter_counts: Counter[str] = Counter()
         self.featurizer_reasons_logged: set[tuple[str, str]] = set()
         self._changelog_room: dict[str, int] = {}  # value bytes a feedback entry may take
+        self._output_rooms: dict[int, int] = {}  # a prediction's room, by its key's length
         # output.explain: the k tokens that weighed most, with each prediction (0: none)
         self.explain_k = settings.output.explain
         if self.explain_k:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,41 @@ class _NewMessage:
     started: float
 
 
+class _Run:
+    """Consecutive plain new messages of one batch, not yet scored, as parallel lists, which
+    the model step takes as they are (instead of a :class:`_NewMessage` each and the lists
+    made from them): each member's record, slice key, id, label, model input, its JSON, and
+    when its processing began."""
+
+    __slots__ = ("records", "keys", "ids", "labels", "xs", "x_jsons", "started", "id_set")
+
+    def __init__(self) -> None:
+        self.records: list = []
+        self.keys: list[str] = []
+        self.ids: list[str] = []
+        self.labels: list[str | None] = []
+        self.xs: list = []
+        self.x_jsons: list[bytes] = []
+        self.started: list[float] = []
+        self.id_set: set[str] = set()
+
+    def add(self, record, key: str, msg_id: str, label: str | None, x: Any, x_json: bytes,
+            started: float) -> None:
+        self.records.append(record)
+        self.keys.append(key)
+        self.ids.append(msg_id)
+        self.labels.append(label)
+        self.xs.append(x)
+        self.x_jsons.append(x_json)
+        self.started.append(started)
+        self.id_set.add(msg_id)
+
+    def messages(self) -> list[_NewMessage]:
+        return [_NewMessage(*member) for member in zip(
+            self.records, self.keys, self.ids, self.labels, self.xs, self.x_jsons,
+            self.started, strict=True)]
+
+
 def _labeller(model: Any) -> Callable[[dict[str, float]], str | None]:
     """The label a prediction of ``model`` is emitted and scored with: the most probable
     class (``first_best``), or with the model's ``class_offsets`` its decision
@@ -81,7 +117,7 @@ class RecordProcessor:
         ``prepared`` holds the preparer's result for each record (:mod:`streamnb.daemon.prepare`);
         None computes them here, record by record.
 
-        Consecutive plain new messages (see :meth:`_read_new`) are scored and learned with one
+        Consecutive plain new messages (see :meth:`_apply_run`) are scored and learned with one
         ``prequential_many`` call of the live model, when that model is also the slice that
         learns them (one assigned partition); every other record goes through
         :meth:`_process_one`, after the run before it. Either way each record's outputs,
@@ -89,38 +125,53 @@ class RecordProcessor:
         """
         with self.lock:
             self._label_of = _labeller(self.live)
-            run: list[_NewMessage] = []
-            run_ids: set[str] = set()
+            self._output_rooms.clear()
+            run = _Run()
             # Per partition of the batch, its slice key if owned (None: revoked while the
-            # batch was in flight, its new owner reads it), whether it is scored in runs, and
-            # its feedback store: none changes while the lock is held.
-            partitions: dict[tuple[str, int], tuple[str | None, bool, Any]] = {}
+            # batch was in flight, its new owner reads it), whether it is scored in runs, the
+            # ids its feedback store holds and the bytes of its store's run records: none
+            # changes while the lock is held.
+            partitions: dict[tuple[str, int], tuple[str | None, bool, Any, int]] = {}
             # Whether any message may join a run (decay moves the clock at every learn; an
             # explanation is computed on the model that predicted): the same for the batch.
             runs_possible = getattr(self.live, "half_life", None) is None
+            # What makes a message plain (see _apply_run), looked up once a batch.
+            unlabelled_joins = not self.explain_k
+            labels = self.labels
+            perf_counter = time.perf_counter
             for index, record in enumerate(records):
                 tp = (record.topic, record.partition)
                 known = partitions.get(tp)
                 if known is None:
                     key = slice_key(tp)
-                    known = partitions[tp] = (
-                        (key, runs_possible and self._batches(key), self._store(key))
-                        if key in self.slices else (None, False, None))
-                key, batches, store = known
+                    if key in self.slices:
+                        store = self._store(key)
+                        known = (key, runs_possible and self._batches(key), store.ids(),
+                                 store.run_max_bytes - LABEL_ROOM)
+                    else:
+                        known = (None, False, None, 0)
+                    partitions[tp] = known
+                key, batches, held, room = known
                 if key is None:
                     continue
-                started = time.perf_counter()
+                started = perf_counter()
                 result = self._prepare(record) if prepared is None else prepared[index]
-                if result is not None and result[0] == MESSAGE and result[5]:
-                    self._featurizer_noted(result[1], result[5])
-                if batches:
-                    new = self._read_new(record, key, store, result, run_ids, started)
-                    if new is not None:
-                        run.append(new)
-                        run_ids.add(new.msg_id)
+                if batches and result is not None and result[0] == MESSAGE:
+                    # a plain new message joins the run
+                    _, msg_id, label, x, x_json, notes = result
+                    if notes:
+                        self._featurizer_noted(msg_id, notes)
+                    if ((unlabelled_joins if label is None else not labels or label in labels)
+                            and msg_id not in held and msg_id not in run.id_set
+                            and (len(x_json) + 6 * (len(msg_id) + len(label or "")) < room
+                                 or self._fits_state(key, msg_id, x_json, label))):
+                        run.add(record, key, msg_id, label, x, x_json, started)
                         continue
+                elif result is not None and result[0] == MESSAGE and result[5]:
+                    self._featurizer_noted(result[1], result[5])
+                if run.ids:
                     self._apply_run(run)
-                    run, run_ids = [], set()
+                    run = _Run()
                 self._process_one(record, key, result, started)
                 self.offsets[key] = record.offset + 1
             self._apply_run(run)
@@ -137,59 +188,79 @@ class RecordProcessor:
         value = record.value
         if value is not None and len(value) > self.max_value_bytes:
             return None
-        return prepare_value(
-            self.pipeline, value, f"{record.topic}:{record.partition}:{record.offset}"
-        )
+        result = prepare_value(self.pipeline, value, None)
+        if result[0] == DECODE_ERROR and result[1] == "bad_id":
+            # No id, or not a usable one: decoded again with the record's place as the id it
+            # lacks (made only now: a string a record cost more than the check), which gives
+            # what decoding with it at once gives.
+            result = prepare_value(
+                self.pipeline, value, f"{record.topic}:{record.partition}:{record.offset}")
+        return result
 
-    def _read_new(
-        self, record, key: str, store: FeedbackStore, result: tuple | None, run_ids: set[str],
-        started: float
-    ) -> _NewMessage | None:
-        """``record`` as a plain new message: decoded, its label allowed, featurized, its id
-        neither remembered (in ``store``, its slice's) nor among ``run_ids`` (earlier in the
-        run). None otherwise, with nothing done: the per-record path then handles it (dead
-        letter, feedback, duplicate id). The caller has checked that the live model does not
-        decay (every learn moves its clock: one message at a time)."""
-        if result is None or result[0] != MESSAGE:
-            return None  # too large, a decode error, feedback, or rejected by the featurizer
-        _, msg_id, label, x, x_json = result[:5]
-        if label is None:
-            if self.explain_k:
-                # An explanation is computed on the model that predicted: one at a time.
-                return None
-        elif self.labels and label not in self.labels:
-            return None
-        if msg_id in store or msg_id in run_ids:
-            return None
-        if not self._fits_state(key, msg_id, x_json, label):
-            return None
-        return _NewMessage(record, key, msg_id, label, x, x_json, started)
+    def _apply_run(self, run: _Run) -> None:
+        """Score and learn a run of plain new messages with one ``prequential_many`` call.
 
-    def _apply_run(self, run: list[_NewMessage]) -> None:
-        """Score and learn a run of plain new messages with one ``prequential_many`` call."""
-        if not run:
+        A message is plain when it is decoded and featurized, its label allowed (unlabelled:
+        only without ``output.explain``, an explanation is computed on the model that
+        predicted, one at a time), its id neither remembered in its slice's store nor earlier
+        in the run, and its feedback entry fits a changelog record. Anything else goes through
+        the per-record path (dead letter, feedback, duplicate id). The caller has checked that
+        the live model does not decay (every learn moves its clock: one message at a time).
+
+        What each member then costs besides the model step is its feedback entry, its
+        prediction (unlabelled) or its metrics' observation (labelled): the feedback entries
+        are remembered a slice's run at a time (``FeedbackStore.remember_many``), the
+        counters and the observations added up for the run."""
+        if not run.ids:
             return
-        updates = self.live.n_updates
+        live = self.live
+        updates = live.n_updates
         try:
-            probas = self.live.prequential_many(
-                [new.x for new in run], [new.label for new in run]
-            )
+            probas = live.prequential_many(run.xs, run.labels)
         except Exception:  # noqa: BLE001 - a rejected input: handled one record at a time
-            if self.live.n_updates != updates:
+            if live.n_updates != updates:
                 raise  # partly learned: only a restart from the last commit is exact
-            for new in run:
+            for new in run.messages():
                 self._predict_and_learn(new)
                 self.offsets[new.key] = new.record.offset + 1
             return
-        slices, live, offsets = self.parts.slices, self.live, self.offsets
-        for new, proba in zip(run, probas, strict=True):
-            part = slices[new.key]
-            self._record_scored(new, part.store, proba, updates)
-            if new.label is not None:
+        slices, offsets, latencies = self.parts.slices, self.offsets, self._latencies
+        keys = run.keys
+        if keys[0] == keys[-1] and keys.count(keys[0]) == len(keys):
+            slices[keys[0]].store.remember_many(keys[0], run.ids, run.x_jsons, run.labels)
+        else:
+            for key in dict.fromkeys(keys):
+                members = [i for i, of in enumerate(keys) if of == key]
+                slices[key].store.remember_many(
+                    key, [run.ids[i] for i in members], [run.x_jsons[i] for i in members],
+                    [run.labels[i] for i in members])
+        label_of, emit, perf_counter = self._label_of, self._emit, time.perf_counter
+        observations: list[tuple[str, str | None, dict]] = []
+        unlabelled = 0
+        part_key = part = None
+        for record, key, msg_id, label, x, started, proba in zip(
+                run.records, keys, run.ids, run.labels, run.xs, run.started, probas,
+                strict=True):
+            if label is None:
+                unlabelled += 1
+                emit(msg_id, label_of(proba), proba, record, started, updates)
+            else:
+                observations.append((label, label_of(proba), proba))
                 updates += 1
+                if key != part_key:
+                    part_key, part = key, slices[key]
                 if part.model is not live:  # the live model learned it in the batch step
-                    part.model.learn_one(new.x, new.label)
-            offsets[new.key] = new.record.offset + 1
+                    part.model.learn_one(x, label)
+                latencies.append(perf_counter() - started)
+            offsets[key] = record.offset + 1
+        tally = self._tally
+        if unlabelled:
+            tally["consumed", "unlabelled"] += unlabelled
+        if observations:
+            tally["consumed", "labelled"] += len(observations)
+            for label, n in Counter(labelled for labelled, _, _ in observations).items():
+                tally["learned", label] += n
+            self.metrics.observe_labelled_many(observations)
 
     def _flush_tally(self) -> None:
         for (name, arg), n in self._tally.items():
@@ -286,26 +357,6 @@ class RecordProcessor:
             self._apply_label(msg_id, entry, label)
         self._latencies.append(time.perf_counter() - new.started)
 
-    def _record_scored(self, new: _NewMessage, store: FeedbackStore, proba: dict,
-                       model_updates: int) -> None:
-        """What :meth:`_predict_and_learn` does besides the model's step, for a new message
-        whose prediction is ``proba`` and which the model has already learned if labelled;
-        ``store`` is its slice's feedback store, ``model_updates`` the live model's update
-        count when it was predicted."""
-        msg_id, label = new.msg_id, new.label
-        tally = self._tally
-        if label is None:
-            tally["consumed", "unlabelled"] += 1
-            store.remember(msg_id, new.key, new.x_json, None)
-            self._emit(msg_id, self._label_of(proba), proba, new.record, new.started,
-                       model_updates)
-            return
-        tally["consumed", "labelled"] += 1
-        self.metrics.observe_labelled(label, self._label_of(proba), proba)
-        tally["learned", label] += 1
-        store.remember(msg_id, new.key, new.x_json, label)
-        self._latencies.append(time.perf_counter() - new.started)
-
     def _feedback(self, feedback: Feedback, record) -> None:
         if not self._label_ok(feedback.label, record):
             return
@@ -392,7 +443,12 @@ class RecordProcessor:
         latency = time.perf_counter() - started
         prediction["latency_seconds"] = latency
         key, value = msg_id.encode("utf-8", "surrogatepass"), encode(prediction)
-        room = self.io.room(self.settings.kafka.output_topic, key, None)
+        # A record's size depends on its key's length, not its bytes: the room is found once
+        # a batch for each length (``process`` clears them).
+        room = self._output_rooms.get(len(key))
+        if room is None:
+            room = self._output_rooms[len(key)] = self.io.room(
+                self.settings.kafka.output_topic, key, None)
         if len(value) > room:  # a poison pill for the producer: the input is dead-lettered
             self._dead_letter(record, "output_too_large", f"the prediction takes {len(value)} "
                               f"bytes, the output topic accepts {max(room, 0)} with its key")

@@ -182,6 +182,11 @@ class RecordingMetrics:
 
         return record
 
+    def observe_labelled_many(self, observations):
+        """Recorded as the ``observe_labelled`` calls it stands for, in order (the real
+        metrics fold them at the same points)."""
+        self.calls.extend(("observe_labelled", *observation) for observation in observations)
+
     def names(self, name):
         return [c[1:] for c in self.calls if c[0] == name]
 

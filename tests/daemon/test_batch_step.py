@@ -65,10 +65,10 @@ class RejectingPipeline:
         return self.pipeline.prepare(message)
 
 
-def run_daemon(tmp_path, values, batch: int, runs: bool):
-    kafka = FakeKafka({"in": 1})
-    for value in values:
-        kafka.append("in", value)
+def run_daemon(tmp_path, values, batch: int, runs: bool, partitions: int = 1):
+    kafka = FakeKafka({"in": partitions})
+    for i, value in enumerate(values):
+        kafka.append("in", value, partition=i % partitions)
     settings = settings_for(tmp_path, model=ModelSettings(kind="multinomial",
                                                            labels=("ham", "spam")))
     metrics = RecordingMetrics()
@@ -141,3 +141,34 @@ def test_runs_of_new_messages_change_nothing_observable(tmp_path, batch):
     for name in ("observe_latencies", "observe_end_to_end_many"):
         assert sum(len(values) for values, in metrics.names(name)) == sum(
             len(values) for values, in ref_metrics.names(name))
+
+
+@pytest.mark.parametrize("batch", [7, 500])
+def test_runs_spanning_two_partitions_change_nothing_observable(tmp_path, batch):
+    """A poll of two partitions makes runs that cross from one slice to the other: each slice
+    learns and remembers its own messages, as the record-by-record loop over the same polls."""
+    values = stream(seed=11)
+    kafka_ref, ref, ref_metrics = run_daemon(tmp_path / "ref", values, batch, runs=False,
+                                             partitions=2)
+    kafka, daemon, metrics = run_daemon(tmp_path / "runs", values, batch, runs=True,
+                                        partitions=2)
+    predictions = [orjson.loads(r.value) for r in kafka.all("out")]
+    expected = [orjson.loads(r.value) for r in kafka_ref.all("out")]
+    assert len(predictions) == len(expected) > 100
+    for got, want in zip(predictions, expected, strict=True):
+        assert_close(got.pop("probabilities"), want.pop("probabilities"))
+        for field in ("latency_seconds", "score"):
+            got.pop(field), want.pop(field)
+        assert got == want
+    assert [(r.value, r.headers) for r in kafka.all("dlq")] == [
+        (r.value, r.headers) for r in kafka_ref.all("dlq")]
+    assert daemon.live.to_state() == ref.live.to_state()
+    for key in ("in:0", "in:1"):
+        assert daemon.slices[key].to_state() == ref.slices[key].to_state()
+        store, store_ref = daemon._store(key), ref._store(key)
+        assert orjson.dumps(store.to_state()) == orjson.dumps(store_ref.to_state())
+        assert store._runs == store_ref._runs and store._run_bytes == store_ref._run_bytes
+    assert daemon.offsets == ref.offsets
+    assert tallies(metrics) == tallies(ref_metrics)
+    assert [c[:2] for c in metrics.names("observe_labelled")] == [
+        c[:2] for c in ref_metrics.names("observe_labelled")]

@@ -22,10 +22,11 @@ from streamnb.daemon.prepare import (
     InProcessPreparer,
     PreparerError,
     ProcessPreparer,
+    prepare_value,
 )
 from streamnb.pipeline import build_pipeline
 from tests.conftest import REPO
-from tests.daemon.fakes import WordPipeline
+from tests.daemon.fakes import FakeKafka, WordPipeline, make_daemon, settings_for
 from tests.processes import running
 
 pytestmark = pytest.mark.timeout(120)
@@ -108,6 +109,24 @@ def test_the_child_gives_what_the_in_process_preparer_gives_over_sms_and_poison(
         FEEDBACK, "sms-1", "ham")
     assert poison[b'{"text": "no id: the default one is used"}'][1] == (
         f"in:0:{1000 + len(POISON) - 1}")
+
+
+def test_the_daemons_own_prepare_gives_the_preparers_result_with_the_records_place_as_id(
+        tmp_path):
+    """The loop's in-process path decodes without a default id first, and again with the
+    record's place only when the id is missing or unusable: the same result as decoding with
+    it at once, for every kind of id."""
+    values = [*POISON[:-2], b'{"text": "no id"}', b'{"id": null, "text": "null id"}',
+              b'{"id": "", "text": "empty id"}', b'{"id": 7, "text": "a number"}',
+              b'{"id": true, "text": "a bool"}', b'{"type": "feedback", "label": "ham"}',
+              b'{"id": "ok", "text": "fine", "label": "spam"}']
+    kafka = FakeKafka({"in": 1})
+    records = [kafka.append("in", value) for value in values]
+    daemon = make_daemon(settings_for(tmp_path), kafka)
+    for record in records:
+        assert daemon._prepare(record) == prepare_value(
+            daemon.pipeline, record.value, f"in:0:{record.offset}"), record.value
+    assert daemon._prepare(records[-7])[1] == f"in:0:{records[-7].offset}"
 
 
 def test_a_featurizer_error_travels_as_its_reason_and_detail():

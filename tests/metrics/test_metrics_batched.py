@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from hypothesis import given, settings
@@ -98,3 +99,51 @@ def test_the_folds_quick_path_counts_what_its_general_path_counts(observations, 
             a, b = quick.sample(name, window=window_), general.sample(name, window=window_)
             assert (a == b) or (a is not None and b is not None and math.isnan(a)
                                 and math.isnan(b)), (name, window_, a, b)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ham", "spam", "other"]),
+                          st.sampled_from(["ham", "spam", None]),
+                          st.dictionaries(st.sampled_from(["ham", "spam"]), st.floats(0.0, 1.0),
+                                          min_size=1)),
+                max_size=40),
+       st.lists(st.integers(0, 40), max_size=5), st.integers(1, 30))
+def test_observations_handed_over_a_run_at_a_time_count_what_one_call_each_counts(
+        observations, cuts, window):
+    """``observe_labelled_many`` (the daemon's batch step hands over a run's observations)
+    leaves the state, and the figures, of one ``observe_labelled`` each, in order, unscored
+    ones (no prediction) included, whatever the runs are."""
+    one, many = Metrics(window=window), Metrics(window=window)
+    for y_true, y_pred, proba in observations:
+        one.observe_labelled(y_true, y_pred, proba)
+    bounds = sorted({0, len(observations), *(c for c in cuts if c <= len(observations))})
+    for start, stop in itertools.pairwise(bounds):
+        many.observe_labelled_many([(y, p, dict(proba))
+                                    for y, p, proba in observations[start:stop]])
+    assert many.to_state() == one.to_state()
+    assert many.sample("streamnb_prequential_unscored_total") == one.sample(
+        "streamnb_prequential_unscored_total")
+
+
+def test_a_run_longer_than_the_fold_is_folded_where_one_call_each_folds(monkeypatch):
+    """The queue is folded every ``_FOLD_EVERY`` observations (the log loss's running mean is
+    added a fold at a time, so the fold points are part of the state): a run crossing them
+    folds at the same points."""
+    import streamnb.metrics as metrics_module
+
+    monkeypatch.setattr(metrics_module, "_FOLD_EVERY", 7)
+    folds = {"one": [], "many": []}
+    one, many = Metrics(window=5), Metrics(window=5)
+    for name, m in (("one", one), ("many", many)):
+        fold = m._fold
+        monkeypatch.setattr(m, "_fold", lambda fold=fold, name=name, m=m: (
+            folds[name].append(len(m._pending)), fold()))
+    items = [("spam" if i % 3 else "ham", "spam", {"spam": (i % 10) / 10, "ham": 1 - (i % 10) / 10})
+             for i in range(30)]
+    for item in items:
+        one.observe_labelled(*item)
+    many.observe_labelled_many(items[:4])
+    many.observe_labelled_many(items[4:25])
+    many.observe_labelled_many(items[25:])
+    assert folds["many"] == folds["one"] == [7, 7, 7, 7]
+    assert many.to_state() == one.to_state()
