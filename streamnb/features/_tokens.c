@@ -1423,6 +1423,24 @@ add_order_tokens(PyObject *counts, const unsigned char *b, const LayoutField *fi
     return 0;
 }
 
+/* Each byte's class in a value's shape (ASCII letter a, digit 0, 8-bit h, white space a space,
+ * any other byte itself), and whether a class's runs are made one character: made at import. */
+static Py_UCS1 shape_class[256];
+static unsigned char shape_runs[256];
+
+static void
+init_shape_classes(void)
+{
+    for (int c = 0; c < 256; c++) {
+        shape_class[c] = (Py_UCS1)((c | 32) >= 'a' && (c | 32) <= 'z' ? 'a'
+                                   : c >= '0' && c <= '9'             ? '0'
+                                   : c >= 0x80                        ? 'h'
+                                   : is_bytes_space((unsigned char)c) ? ' '
+                                                                      : c);
+    }
+    shape_runs['a'] = shape_runs['0'] = shape_runs['h'] = shape_runs[' '] = 1;
+}
+
 /* header_layout.value_shape: the value's first SHAPED_BYTES bytes stripped, each byte as its
  * class (ASCII letter a, digit 0, 8-bit h, white space a space, others themselves), each run
  * of one of those four classes one character, cut at SHAPE_CHARS. Returns the length. */
@@ -1436,17 +1454,16 @@ value_shape_into(const unsigned char *v, Py_ssize_t len, Py_UCS1 *shape)
         a++;
     while (z > a && is_bytes_space(v[z - 1]))
         z--;
+    /* Without a branch per byte: each byte's class is written, and the shape moves on unless
+     * it continues a run of its class (a branch mispredicted at each change of class, every
+     * few bytes of a header value, cost more than the classification). ``shape`` has room
+     * for one byte past SHAPE_CHARS. The first byte is never a run's continuation. */
+    Py_UCS1 previous = 0; /* no class: no byte of a value is NUL-classed as a run */
     for (Py_ssize_t k = a; k < z && at < SHAPE_CHARS; k++) {
-        unsigned char c = v[k];
-        Py_UCS1 cls = (c | 32) >= 'a' && (c | 32) <= 'z' ? 'a'
-                      : c >= '0' && c <= '9'             ? '0'
-                      : c >= 0x80                        ? 'h'
-                      : is_bytes_space(c)                ? ' '
-                                                         : c;
-        int run = cls == 'a' || cls == '0' || cls == 'h' || cls == ' ';
-        if (run && at && shape[at - 1] == cls)
-            continue;
-        shape[at++] = cls;
+        const Py_UCS1 cls = shape_class[v[k]];
+        shape[at] = cls;
+        at += !(cls == previous && shape_runs[cls]);
+        previous = cls;
     }
     return at;
 }
@@ -1456,7 +1473,7 @@ add_shape_tokens(PyObject *counts, const unsigned char *b, const LayoutField *fi
                  Py_ssize_t n_fields)
 {
     for (Py_ssize_t f = 0; f < n_fields; f++) {
-        Py_UCS1 shape[SHAPE_CHARS];
+        Py_UCS1 shape[SHAPE_CHARS + 1];
         Py_ssize_t shape_len = value_shape_into(b + fields[f].value, fields[f].value_len, shape);
         Py_ssize_t name_len = fields[f].name_len;
         PyObject *token = PyUnicode_New(6 + name_len + 1 + shape_len, 127);
@@ -2211,6 +2228,7 @@ PyInit__tokens(void)
 {
     if (PyType_Ready(&WordCounterType) < 0)
         return NULL;
+    init_shape_classes();
     for (int k = 0; k < TOP_NAMES; k++)
         if (top_names[k] == NULL
             && (top_names[k] = PyUnicode_InternFromString(top_name_text[k])) == NULL)
