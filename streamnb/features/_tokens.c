@@ -2024,6 +2024,22 @@ unfold_fields(const unsigned char *b, Py_ssize_t n, PyObject *names, PyObject *m
     return 0;
 }
 
+/* Whether b[0:n] is ASCII: eight bytes or'ed at a time (a loop of bytes is not vectorized) */
+static int
+is_ascii_data(const unsigned char *b, Py_ssize_t n)
+{
+    uint64_t high = 0;
+    Py_ssize_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t word;
+        memcpy(&word, b + k, 8);
+        high |= word;
+    }
+    for (; k < n; k++)
+        high |= b[k];
+    return (high & 0x8080808080808080ULL) == 0;
+}
+
 PyDoc_STRVAR(read_top_doc,
 "read_top(raw, names, mime_names) -> tuple | None\n\n"
 "The top-level entity of the mail ``raw`` (line ends \\n) as mail.read_mail reads it, when\n"
@@ -2053,10 +2069,7 @@ read_top(PyObject *Py_UNUSED(module), PyObject *args)
     if (end == 0 || end >= n || b[end] != '\n')
         Py_RETURN_NONE;
     const Py_ssize_t block_len = end - 1; /* the block without the \n of its last line */
-    unsigned char high = 0; /* the bits of every byte of the block or'ed: one vector loop */
-    for (Py_ssize_t k = 0; k < block_len; k++)
-        high |= b[k];
-    const int ascii = high < 128;
+    const int ascii = is_ascii_data(b, block_len);
     int encoded_words = encoded_word_in((const char *)b, block_len);
     PyObject *block = NULL, *body = NULL, *fields = NULL, *mime_values = NULL;
     PyObject *headers = NULL, *subject = NULL, *from_addrs = NULL, *to_addrs = NULL;
