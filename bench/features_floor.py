@@ -4,8 +4,8 @@ First the featurizer's own stages, each timed over the corpus: reading the mail,
 words, URL tokens, header tokens, header layout tokens, MIME tokens. Then, over the same
 messages (held in memory, already read once), only the calls into C the featurizer makes for
 the default tokens, with none of the Python around them: the word counts of the body and the
-header fields, the header layout tokens, the URL tokens, the header fields' and the header
-lines' scans (``streamnb.features._tokens``), HTML to text (selectolax). Their sum is what the
+header fields, the header layout tokens, the URL tokens, the top entity's split and header
+fields (``streamnb.features._tokens``), HTML to text (selectolax). Their sum is what the
 featurizer would cost if all its Python took no time. Last, the calls a pure-Python tokenizer
 of the same tokens must make (``str.split``/``re.findall`` and ``Counter``: one str object per
 token occurrence), the bound the C extension was written to get past. The standard-library peer's
@@ -32,7 +32,12 @@ from bench.bench_features import load_corpus, stdlib_tokens  # noqa: E402
 from streamnb.features import Featurizer  # noqa: E402
 from streamnb.features.featurizer import _expected_tokens, _mime_tokens  # noqa: E402
 from streamnb.features.html import html_to_text  # noqa: E402
-from streamnb.features.mail import SECOND_LEVEL_LABELS, Budget, _wanted_headers  # noqa: E402
+from streamnb.features.mail import (  # noqa: E402
+    _MIME_HEADERS,
+    SECOND_LEVEL_LABELS,
+    Budget,
+    _wanted_headers,
+)
 from streamnb.features.native import _tokens as native_module  # noqa: E402
 from streamnb.features.tokenize import _NON_ASCII_SEPARATORS  # noqa: E402
 
@@ -150,13 +155,10 @@ def main(argv: list[str] | None = None) -> None:
                 ],
                 markup,
             ),
-            "header lines (_tokens.header_lines_end)": (
-                native_module.header_lines_end,
+            # the header split, the fields read, unfolded, the subject and the addresses
+            "top entity (_tokens.read_top)": (
+                lambda raw: native_module.read_top(raw, wanted.names, _MIME_HEADERS),
                 messages,
-            ),
-            "header block: field scan (_tokens.header_fields)": (
-                lambda block: native_module.header_fields(block, wanted.names),
-                blocks,
             ),
             "HTML to text (selectolax)": (html_to_text, html),
         }

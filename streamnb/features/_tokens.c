@@ -1126,6 +1126,8 @@ WordCounter_count_header_fields(WordCounter *self, PyObject *args)
     return left;
 }
 
+static int append_addresses(PyObject *found, PyObject *value);
+
 PyDoc_STRVAR(addresses_doc,
 "addresses(value) -> list[str]\n\n"
 "``[a.lower() for a in mail.ADDRESS_RE.findall(value)]`` for an ASCII ``value``.");
@@ -1137,24 +1139,32 @@ addresses(PyObject *Py_UNUSED(module), PyObject *value)
         PyErr_SetString(PyExc_ValueError, "addresses: the value must be an ASCII str");
         return NULL;
     }
+    PyObject *found = PyList_New(0);
+    if (found != NULL && append_addresses(found, value) < 0)
+        Py_CLEAR(found);
+    return found;
+}
+
+/* The addresses of the ASCII str ``value``, lower-cased, appended to ``found``; -1 on error */
+static int
+append_addresses(PyObject *found, PyObject *value)
+{
     const unsigned char *data = PyUnicode_1BYTE_DATA(value);
     Py_ssize_t n = PyUnicode_GET_LENGTH(value), i = 0;
-    PyObject *found = PyList_New(0);
     Py_ssize_t at, end;
-    while (found != NULL && next_address(data, n, i, &i, &at, &end)) {
+    while (next_address(data, n, i, &i, &at, &end)) {
         PyObject *address = PyUnicode_New(end - i, 127);
-        if (address == NULL) {
-            Py_CLEAR(found);
-            break;
-        }
+        if (address == NULL)
+            return -1;
         for (Py_ssize_t k = i; k < end; k++)
             PyUnicode_1BYTE_DATA(address)[k - i] = (Py_UCS1)Py_TOLOWER(data[k]);
-        if (PyList_Append(found, address) < 0)
-            Py_CLEAR(found);
+        int failed = PyList_Append(found, address);
         Py_DECREF(address);
+        if (failed)
+            return -1;
         i = end;
     }
-    return found;
+    return 0;
 }
 
 /* ---- header values (mail._unfold) --------------------------------------------------------- */
@@ -1165,17 +1175,27 @@ is_ascii_space(unsigned char c) /* str.isspace() of an ASCII character */
     return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
 }
 
+static PyObject *unfold_data(const unsigned char *data, Py_ssize_t n);
+
 /* ``" ".join(filter(None, map(str.strip, value.decode("ascii").split("\n"))))`` */
 static PyObject *
-unfold_value(PyObject *value)
+unfold_value(PyObject *value, int known_ascii)
 {
     const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(value);
-    Py_ssize_t n = PyBytes_GET_SIZE(value), out_len = 0;
-    for (Py_ssize_t k = 0; k < n; k++)
+    Py_ssize_t n = PyBytes_GET_SIZE(value);
+    for (Py_ssize_t k = 0; k < n && !known_ascii; k++)
         if (data[k] >= 128) {
             PyErr_SetString(PyExc_ValueError, "unfold_headers: a value is not ASCII");
             return NULL;
         }
+    return unfold_data(data, n);
+}
+
+/* unfold_value of the ASCII data[0:n] */
+static PyObject *
+unfold_data(const unsigned char *data, Py_ssize_t n)
+{
+    Py_ssize_t out_len = 0;
     /* first pass: the length; second: the copy (no buffer beside the str) */
     PyObject *text = NULL;
     for (int pass = 0; pass < 2; pass++) {
@@ -1210,6 +1230,8 @@ unfold_value(PyObject *value)
     return text;
 }
 
+static int unfold_into(PyObject *fields, PyObject *headers, int known_ascii);
+
 PyDoc_STRVAR(unfold_headers_doc,
 "unfold_headers(fields, headers) -> None\n\n"
 "For each (name, raw ASCII value) of ``fields``: ``headers.setdefault(name, []).append(v)``\n"
@@ -1223,16 +1245,26 @@ unfold_headers(PyObject *Py_UNUSED(module), PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!:unfold_headers", &PyList_Type, &fields, &PyDict_Type,
                           &headers))
         return NULL;
+    if (unfold_into(fields, headers, 0) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* unfold_headers' work (``known_ascii``: the values are, no need to look); -1 with an
+ * exception set */
+static int
+unfold_into(PyObject *fields, PyObject *headers, int known_ascii)
+{
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(fields); k++) {
         PyObject *field = PyList_GET_ITEM(fields, k); /* borrowed; the list is not changed */
         if (!PyTuple_Check(field) || PyTuple_GET_SIZE(field) != 2
             || !PyBytes_Check(PyTuple_GET_ITEM(field, 1))) {
             PyErr_SetString(PyExc_TypeError, "unfold_headers: fields are (name, bytes) pairs");
-            return NULL;
+            return -1;
         }
         Py_INCREF(field); /* the dict calls below may run code that empties the list */
         PyObject *name = PyTuple_GET_ITEM(field, 0);
-        PyObject *text = unfold_value(PyTuple_GET_ITEM(field, 1));
+        PyObject *text = unfold_value(PyTuple_GET_ITEM(field, 1), known_ascii);
         int failed = text == NULL;
         if (!failed) {
             PyObject *values = PyDict_GetItemWithError(headers, name); /* borrowed */
@@ -1251,11 +1283,11 @@ unfold_headers(PyObject *Py_UNUSED(module), PyObject *args)
         Py_XDECREF(text);
         Py_DECREF(field);
         if (failed)
-            return NULL;
+            return -1;
         if (k >= PyList_GET_SIZE(fields))
             break;
     }
-    Py_RETURN_NONE;
+    return 0;
 }
 
 /* ---- header layout tokens (header_layout.header_layout_tokens) ------------------------------ */
@@ -1391,6 +1423,24 @@ add_order_tokens(PyObject *counts, const unsigned char *b, const LayoutField *fi
     return 0;
 }
 
+/* Each byte's class in a value's shape (ASCII letter a, digit 0, 8-bit h, white space a space,
+ * any other byte itself), and whether a class's runs are made one character: made at import. */
+static Py_UCS1 shape_class[256];
+static unsigned char shape_runs[256];
+
+static void
+init_shape_classes(void)
+{
+    for (int c = 0; c < 256; c++) {
+        shape_class[c] = (Py_UCS1)((c | 32) >= 'a' && (c | 32) <= 'z' ? 'a'
+                                   : c >= '0' && c <= '9'             ? '0'
+                                   : c >= 0x80                        ? 'h'
+                                   : is_bytes_space((unsigned char)c) ? ' '
+                                                                      : c);
+    }
+    shape_runs['a'] = shape_runs['0'] = shape_runs['h'] = shape_runs[' '] = 1;
+}
+
 /* header_layout.value_shape: the value's first SHAPED_BYTES bytes stripped, each byte as its
  * class (ASCII letter a, digit 0, 8-bit h, white space a space, others themselves), each run
  * of one of those four classes one character, cut at SHAPE_CHARS. Returns the length. */
@@ -1404,17 +1454,16 @@ value_shape_into(const unsigned char *v, Py_ssize_t len, Py_UCS1 *shape)
         a++;
     while (z > a && is_bytes_space(v[z - 1]))
         z--;
+    /* Without a branch per byte: each byte's class is written, and the shape moves on unless
+     * it continues a run of its class (a branch mispredicted at each change of class, every
+     * few bytes of a header value, cost more than the classification). ``shape`` has room
+     * for one byte past SHAPE_CHARS. The first byte is never a run's continuation. */
+    Py_UCS1 previous = 0; /* no class: no byte of a value is NUL-classed as a run */
     for (Py_ssize_t k = a; k < z && at < SHAPE_CHARS; k++) {
-        unsigned char c = v[k];
-        Py_UCS1 cls = (c | 32) >= 'a' && (c | 32) <= 'z' ? 'a'
-                      : c >= '0' && c <= '9'             ? '0'
-                      : c >= 0x80                        ? 'h'
-                      : is_bytes_space(c)                ? ' '
-                                                         : c;
-        int run = cls == 'a' || cls == '0' || cls == 'h' || cls == ' ';
-        if (run && at && shape[at - 1] == cls)
-            continue;
-        shape[at++] = cls;
+        const Py_UCS1 cls = shape_class[v[k]];
+        shape[at] = cls;
+        at += !(cls == previous && shape_runs[cls]);
+        previous = cls;
     }
     return at;
 }
@@ -1424,7 +1473,7 @@ add_shape_tokens(PyObject *counts, const unsigned char *b, const LayoutField *fi
                  Py_ssize_t n_fields)
 {
     for (Py_ssize_t f = 0; f < n_fields; f++) {
-        Py_UCS1 shape[SHAPE_CHARS];
+        Py_UCS1 shape[SHAPE_CHARS + 1];
         Py_ssize_t shape_len = value_shape_into(b + fields[f].value, fields[f].value_len, shape);
         Py_ssize_t name_len = fields[f].name_len;
         PyObject *token = PyUnicode_New(6 + name_len + 1 + shape_len, 127);
@@ -1500,6 +1549,36 @@ wanted_name(PyObject *names, const unsigned char *b, Py_ssize_t start, Py_ssize_
     return NULL;
 }
 
+static PyObject *scan_header_fields(const unsigned char *b, Py_ssize_t n, PyObject *names);
+
+/* 0 if ``names`` is None or a tuple of (lower-case name as bytes, as str) pairs of field-name
+ * bytes; -1 with a TypeError set if not. */
+static int
+check_field_names(PyObject *names)
+{
+    if (names == Py_None)
+        return 0;
+    int ok = PyTuple_Check(names);
+    for (Py_ssize_t k = 0; ok && k < PyTuple_GET_SIZE(names); k++) {
+        PyObject *pair = PyTuple_GET_ITEM(names, k);
+        ok = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2
+             && PyBytes_Check(PyTuple_GET_ITEM(pair, 0))
+             && PyUnicode_Check(PyTuple_GET_ITEM(pair, 1));
+        for (Py_ssize_t i = 0; ok && i < PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0)); i++) {
+            unsigned char c = (unsigned char)PyBytes_AS_STRING(PyTuple_GET_ITEM(pair, 0))[i];
+            ok = is_field_name_byte(c) && Py_TOLOWER(c) == c;
+        }
+        ok = ok && PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0)) > 0;
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_TypeError,
+                        "header_fields: names must be None or a tuple of (bytes, str) "
+                        "pairs, lower-case field names");
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(header_fields_doc,
 "header_fields(block, names) -> list[tuple[str, bytes]]\n\n"
 "(lower-case name, raw value) of the fields of the header ``block`` that mail._parse_headers\n"
@@ -1514,29 +1593,20 @@ header_fields(PyObject *Py_UNUSED(module), PyObject *args)
     PyObject *names;
     if (!PyArg_ParseTuple(args, "y*O:header_fields", &block, &names))
         return NULL;
-    if (names != Py_None) {
-        int ok = PyTuple_Check(names);
-        for (Py_ssize_t k = 0; ok && k < PyTuple_GET_SIZE(names); k++) {
-            PyObject *pair = PyTuple_GET_ITEM(names, k);
-            ok = PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2
-                 && PyBytes_Check(PyTuple_GET_ITEM(pair, 0))
-                 && PyUnicode_Check(PyTuple_GET_ITEM(pair, 1));
-            for (Py_ssize_t i = 0; ok && i < PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0)); i++) {
-                unsigned char c = (unsigned char)PyBytes_AS_STRING(PyTuple_GET_ITEM(pair, 0))[i];
-                ok = is_field_name_byte(c) && Py_TOLOWER(c) == c;
-            }
-            ok = ok && PyBytes_GET_SIZE(PyTuple_GET_ITEM(pair, 0)) > 0;
-        }
-        if (!ok) {
-            PyBuffer_Release(&block);
-            PyErr_SetString(PyExc_TypeError,
-                            "header_fields: names must be None or a tuple of (bytes, str) "
-                            "pairs, lower-case field names");
-            return NULL;
-        }
+    if (check_field_names(names) < 0) {
+        PyBuffer_Release(&block);
+        return NULL;
     }
-    const unsigned char *b = block.buf;
-    Py_ssize_t n = block.len, line = 0;
+    PyObject *fields = scan_header_fields(block.buf, block.len, names);
+    PyBuffer_Release(&block);
+    return fields;
+}
+
+/* header_fields' scan of b[0:n]; ``names`` checked already. A new list, NULL on error. */
+static PyObject *
+scan_header_fields(const unsigned char *b, Py_ssize_t n, PyObject *names)
+{
+    Py_ssize_t line = 0;
     PyObject *fields = PyList_New(0);
     while (fields != NULL && line < n) {
         Py_ssize_t name_end = line;
@@ -1570,7 +1640,6 @@ header_fields(PyObject *Py_UNUSED(module), PyObject *args)
         Py_DECREF(name);
         line = end + 1;
     }
-    PyBuffer_Release(&block);
     return fields;
 }
 
@@ -1652,6 +1721,8 @@ line_after(const unsigned char *b, Py_ssize_t n, Py_ssize_t i)
     return newline == NULL ? n : newline - b + 1;
 }
 
+static Py_ssize_t lines_end(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos);
+
 PyDoc_STRVAR(header_lines_end_doc,
 "header_lines_end(data, pos=0) -> int\n\n"
 "``mail._HEADER_LINES_RE.match(data, pos).end()``: the end of the run of header lines from\n"
@@ -1664,8 +1735,16 @@ header_lines_end(PyObject *Py_UNUSED(module), PyObject *args)
     Py_ssize_t pos = 0;
     if (!PyArg_ParseTuple(args, "y*|n:header_lines_end", &data, &pos))
         return NULL;
-    const unsigned char *b = data.buf;
-    Py_ssize_t n = data.len, i = pos < 0 ? 0 : pos > n ? n : pos;
+    Py_ssize_t end = lines_end(data.buf, data.len, pos);
+    PyBuffer_Release(&data);
+    return PyLong_FromSsize_t(end);
+}
+
+/* header_lines_end of b[0:n] from ``pos`` */
+static Py_ssize_t
+lines_end(const unsigned char *b, Py_ssize_t n, Py_ssize_t pos)
+{
+    Py_ssize_t i = pos < 0 ? 0 : pos > n ? n : pos;
     if (n - i >= 5 && memcmp(b + i, "From ", 5) == 0)
         i = line_after(b, n, i);
     while (i < n) {
@@ -1682,11 +1761,12 @@ header_lines_end(PyObject *Py_UNUSED(module), PyObject *args)
         }
         i = line_after(b, n, i);
     }
-    PyBuffer_Release(&data);
-    return PyLong_FromSsize_t(i);
+    return i;
 }
 
 /* ---- the first value of a few fields (mail._read_entities' MIME fields) ------------------ */
+
+static PyObject *first_values_of(PyObject *fields, PyObject *names);
 
 PyDoc_STRVAR(first_values_doc,
 "first_values(fields, names) -> tuple\n\n"
@@ -1700,6 +1780,13 @@ first_values(PyObject *Py_UNUSED(module), PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!:first_values", &PyList_Type, &fields, &PyTuple_Type,
                           &names))
         return NULL;
+    return first_values_of(fields, names);
+}
+
+/* first_values of the list ``fields`` and the tuple ``names`` */
+static PyObject *
+first_values_of(PyObject *fields, PyObject *names)
+{
     Py_ssize_t n_names = PyTuple_GET_SIZE(names), missing = n_names;
     PyObject *found = PyTuple_New(n_names);
     if (found == NULL)
@@ -1748,6 +1835,21 @@ is_han(Py_UCS4 c)
            || (c >= 0xf900 && c <= 0xfaff) || (c >= 0x20000 && c <= 0x2ebef);
 }
 
+/* Whether "=?" occurs in b[0:n] */
+static int
+encoded_word_in(const char *b, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 1; i < n;) {
+        const char *q = memchr(b + i, '?', (size_t)(n - i));
+        if (q == NULL)
+            break;
+        if (q[-1] == '=')
+            return 1;
+        i = q - b + 1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(has_encoded_word_doc,
 "has_encoded_word(data) -> bool\n\n"
 "``b\"=?\" in data``, with memchr over the ``?``s: Python's search for a two-byte needle\n"
@@ -1761,17 +1863,7 @@ has_encoded_word(PyObject *Py_UNUSED(module), PyObject *data)
                      Py_TYPE(data)->tp_name);
         return NULL;
     }
-    const char *b = PyBytes_AS_STRING(data);
-    const Py_ssize_t n = PyBytes_GET_SIZE(data);
-    for (Py_ssize_t i = 1; i < n;) {
-        const char *q = memchr(b + i, '?', (size_t)(n - i));
-        if (q == NULL)
-            break;
-        if (q[-1] == '=')
-            Py_RETURN_TRUE;
-        i = q - b + 1;
-    }
-    Py_RETURN_FALSE;
+    return PyBool_FromLong(encoded_word_in(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data)));
 }
 
 PyDoc_STRVAR(reserve_doc,
@@ -1841,7 +1933,197 @@ has_han(PyObject *Py_UNUSED(module), PyObject *text)
     Py_RETURN_FALSE; /* 1-byte characters: all below U+0100 */
 }
 
+/* ---- the top-level entity of a mail (mail.read_mail) ------------------------------------ */
+
+/* The names read_top looks up in a mail's headers: subject, then the author fields in the
+ * order read_mail tries them, then the recipient fields. Made at import. */
+enum { TOP_SUBJECT, TOP_FROM, TOP_SENDER, TOP_REPLY_TO, TOP_TO, TOP_CC, TOP_NAMES };
+static const char *const top_name_text[TOP_NAMES] = {"subject", "from", "sender", "reply-to",
+                                                     "to", "cc"};
+static PyObject *top_names[TOP_NAMES];
+
+/* The addresses of the values of headers[names[first..last]] appended to ``found``, each name's
+ * values in turn; with ``stop_at_first``, no name after the first that gave one. */
+static int
+header_addresses(PyObject *headers, int first, int last, int stop_at_first, PyObject *found)
+{
+    for (int k = first; k <= last; k++) {
+        PyObject *values = PyDict_GetItemWithError(headers, top_names[k]); /* borrowed */
+        if (values == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            continue;
+        }
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(values); j++)
+            if (append_addresses(found, PyList_GET_ITEM(values, j)) < 0)
+                return -1;
+        if (stop_at_first && PyList_GET_SIZE(found))
+            break;
+    }
+    return 0;
+}
+
+/* header_fields(block, names) of the ASCII block b[0:n], unfolded straight into the dict
+ * ``headers`` as unfold_headers does, without making the (name, bytes) pairs; and the raw
+ * value of the first field of each of ``mime_names`` (a tuple of str) set in the tuple
+ * ``mime_values`` of as many NULLs (left NULL for a name absent). -1 on error. */
+static int
+unfold_fields(const unsigned char *b, Py_ssize_t n, PyObject *names, PyObject *mime_names,
+              PyObject *headers, PyObject *mime_values)
+{
+    Py_ssize_t line = 0;
+    while (line < n) {
+        Py_ssize_t name_end = line;
+        while (name_end < n && is_field_name_byte(b[name_end]))
+            name_end++;
+        Py_ssize_t start = name_end > line ? field_value_start(b, n, name_end) : -1;
+        PyObject *name = NULL;
+        if (start >= 0 && names != Py_None)
+            name = Py_XNewRef(wanted_name(names, b, line, name_end));
+        else if (start >= 0) {
+            if ((name = PyUnicode_New(name_end - line, 127)) == NULL)
+                return -1;
+            put_lower(PyUnicode_1BYTE_DATA(name), b + line, name_end - line);
+        }
+        if (name == NULL) { /* not a field read: on to the next line */
+            if ((line = next_line(b, n, line)) < 0)
+                break;
+            continue;
+        }
+        Py_ssize_t end = field_value_end(b, n, start);
+        int failed = 0;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(mime_names) && !failed; j++) {
+            if (PyTuple_GET_ITEM(mime_values, j) != NULL)
+                continue;
+            int equal = PyObject_RichCompareBool(name, PyTuple_GET_ITEM(mime_names, j), Py_EQ);
+            if (equal < 0)
+                failed = 1;
+            else if (equal) {
+                PyObject *raw = PyBytes_FromStringAndSize((const char *)b + start, end - start);
+                if (raw == NULL)
+                    failed = 1;
+                else
+                    PyTuple_SET_ITEM(mime_values, j, raw);
+            }
+        }
+        PyObject *text = failed ? NULL : unfold_data(b + start, end - start);
+        PyObject *values = text == NULL ? NULL : PyDict_GetItemWithError(headers, name);
+        if (text != NULL && values == NULL && !PyErr_Occurred()) {
+            values = PyList_New(0);
+            if (values != NULL && PyDict_SetItem(headers, name, values) < 0)
+                Py_CLEAR(values);
+            Py_XDECREF(values); /* the dict holds it */
+        }
+        failed = values == NULL || PyList_Append(values, text) < 0;
+        Py_XDECREF(text);
+        Py_DECREF(name);
+        if (failed)
+            return -1;
+        line = end + 1;
+    }
+    return 0;
+}
+
+/* Whether b[0:n] is ASCII: eight bytes or'ed at a time (a loop of bytes is not vectorized) */
+static int
+is_ascii_data(const unsigned char *b, Py_ssize_t n)
+{
+    uint64_t high = 0;
+    Py_ssize_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t word;
+        memcpy(&word, b + k, 8);
+        high |= word;
+    }
+    for (; k < n; k++)
+        high |= b[k];
+    return (high & 0x8080808080808080ULL) == 0;
+}
+
+PyDoc_STRVAR(read_top_doc,
+"read_top(raw, names, mime_names) -> tuple | None\n\n"
+"The top-level entity of the mail ``raw`` (line ends \\n) as mail.read_mail reads it, when\n"
+"its header lines are closed by an empty line (nearly all mail); None for any other (the\n"
+"Python split reads it, with its defects). Returns (header_block, body, fields, mime_values,\n"
+"encoded_words, headers, subject, from_addrs, to_addrs): ``mime_values`` as\n"
+"first_values(header_fields(header_block, names), mime_names), ``encoded_words`` as\n"
+"has_encoded_word(header_block). For a block of ASCII without an encoded word, ``headers``\n"
+"as unfold_headers(header_fields(header_block, names), {}) and the subject, the author's and\n"
+"the recipients' addresses as read_mail finds them in it, and ``fields`` None; for another,\n"
+"``fields`` as header_fields(header_block, names) and those four None.");
+
+static PyObject *
+read_top(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *raw, *names, *mime_names;
+    if (!PyArg_ParseTuple(args, "O!OO!:read_top", &PyBytes_Type, &raw, &names, &PyTuple_Type,
+                          &mime_names))
+        return NULL;
+    if (check_field_names(names) < 0)
+        return NULL;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(raw);
+    const Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    if (n == 0 || b[0] == '\n' || b[0] == ' ' || b[0] == '\t')
+        Py_RETURN_NONE;
+    Py_ssize_t end = lines_end(b, n, 0);
+    if (end == 0 || end >= n || b[end] != '\n')
+        Py_RETURN_NONE;
+    const Py_ssize_t block_len = end - 1; /* the block without the \n of its last line */
+    const int ascii = is_ascii_data(b, block_len);
+    int encoded_words = encoded_word_in((const char *)b, block_len);
+    PyObject *block = NULL, *body = NULL, *fields = NULL, *mime_values = NULL;
+    PyObject *headers = NULL, *subject = NULL, *from_addrs = NULL, *to_addrs = NULL;
+    PyObject *result = NULL;
+    if ((block = PyBytes_FromStringAndSize((const char *)b, block_len)) == NULL
+        || (body = PyBytes_FromStringAndSize((const char *)b + end + 1, n - end - 1)) == NULL)
+        goto done;
+    if (ascii && !encoded_words) {
+        if ((headers = PyDict_New()) == NULL
+            || (mime_values = PyTuple_New(PyTuple_GET_SIZE(mime_names))) == NULL)
+            goto done;
+        int failed = unfold_fields(b, block_len, names, mime_names, headers, mime_values);
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(mime_names); j++)
+            if (PyTuple_GET_ITEM(mime_values, j) == NULL)
+                PyTuple_SET_ITEM(mime_values, j, Py_NewRef(Py_None));
+        fields = Py_NewRef(Py_None);
+        if (failed || (from_addrs = PyList_New(0)) == NULL || (to_addrs = PyList_New(0)) == NULL)
+            goto done;
+        PyObject *values = PyDict_GetItemWithError(headers, top_names[TOP_SUBJECT]);
+        if (values == NULL && PyErr_Occurred())
+            goto done;
+        subject = values != NULL && PyList_GET_SIZE(values)
+                      ? Py_NewRef(PyList_GET_ITEM(values, 0)) : PyUnicode_New(0, 127);
+        if (subject == NULL
+            || header_addresses(headers, TOP_FROM, TOP_REPLY_TO, 1, from_addrs) < 0
+            || header_addresses(headers, TOP_TO, TOP_CC, 0, to_addrs) < 0)
+            goto done;
+    }
+    else {
+        if ((fields = scan_header_fields(b, block_len, names)) == NULL
+            || (mime_values = first_values_of(fields, mime_names)) == NULL)
+            goto done;
+        headers = Py_NewRef(Py_None);
+        subject = Py_NewRef(Py_None);
+        from_addrs = Py_NewRef(Py_None);
+        to_addrs = Py_NewRef(Py_None);
+    }
+    result = Py_BuildValue("(OOOOOOOOO)", block, body, fields, mime_values,
+                           encoded_words ? Py_True : Py_False, headers, subject, from_addrs,
+                           to_addrs);
+done:
+    Py_XDECREF(block);
+    Py_XDECREF(body);
+    Py_XDECREF(fields);
+    Py_XDECREF(mime_values);
+    Py_XDECREF(headers);
+    Py_XDECREF(subject);
+    Py_XDECREF(from_addrs);
+    Py_XDECREF(to_addrs);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
+    {"read_top", (PyCFunction)read_top, METH_VARARGS, read_top_doc},
     {"has_han", (PyCFunction)has_han, METH_O, has_han_doc},
     {"has_encoded_word", (PyCFunction)has_encoded_word, METH_O, has_encoded_word_doc},
     {"reserve", (PyCFunction)reserve, METH_VARARGS, reserve_doc},
@@ -1959,6 +2241,11 @@ PyInit__tokens(void)
 {
     if (PyType_Ready(&WordCounterType) < 0)
         return NULL;
+    init_shape_classes();
+    for (int k = 0; k < TOP_NAMES; k++)
+        if (top_names[k] == NULL
+            && (top_names[k] = PyUnicode_InternFromString(top_name_text[k])) == NULL)
+            return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

@@ -82,6 +82,16 @@ class Featurizer:
             _native_path._tokens.header_layout if self.tokenizer.native
             else _add_header_layout
         )
+        options = self.options
+        # What _from_mail does besides the body's words, decided once: the URL tokens of each
+        # part counted in C, the header and layout tokens, the MIME tokens.
+        self._count_urls_in_c = (
+            _native_path._tokens.count_url_tokens
+            if self.tokenizer.native and options.url_tokens and not options.meta_features
+            else None
+        )
+        self._layout = bool(options.header_order or options.header_shapes)
+        self._every_field = "*" in options.header_fields
 
     def read(self, raw: bytes) -> ParsedMail:
         """The parsed mail (subject, addresses, text parts, attachments) of raw bytes."""
@@ -106,7 +116,11 @@ class Featurizer:
         counts, n_words = self._count(text, budget, urls=False, expected=expected)
         hosts = None
         # URL tokens from the markup of HTML parts: links are not visible text
-        if options.meta_features:  # which needs the hosts themselves
+        count_urls = self._count_urls_in_c
+        if count_urls is not None:  # tokenizer.count_url_tokens' C call, without the method
+            for part in mail.parts:
+                count_urls(part.html or part.text, counts, SECOND_LEVEL_LABELS)
+        elif options.meta_features:  # which needs the hosts themselves
             find = self.tokenizer.url_hosts
             hosts = [h for part in mail.parts for h in find(part.html or part.text)]
             if options.url_tokens:
@@ -117,13 +131,14 @@ class Featurizer:
                 count(part.html or part.text, counts)
         if options.header_tokens:
             self._count_header_tokens(mail, counts)
-        if mail.header_block and (options.header_order or options.header_shapes):
+        if self._layout and mail.header_block:
             self._add_header_layout(
                 mail.header_block, options.min_header_order, options.header_order,
                 options.header_shapes, counts,
             )
         if options.mime_tokens:
-            counts.update(_mime_tokens(mail))
+            for token in _mime_tokens(mail):  # a few: Counter.update's checks cost more
+                counts[token] = counts.get(token, 0) + 1
         if options.defect_tokens and mail.defects:
             counts.update("defect:" + d for d in mail.defects)
         numeric = None
@@ -182,7 +197,7 @@ class Featurizer:
 
     def _count_header_tokens(self, mail: ParsedMail, counts: Counter[str]) -> None:
         names = self.options.header_fields
-        if "*" in names:  # every header of the message, in the order first seen
+        if self._every_field:  # every header of the message, in the order first seen
             fields = _header_field_specs(
                 tuple(dict.fromkeys(n for n in (*names, *mail.headers) if n != "*"))
             )

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import binascii
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -81,7 +82,10 @@ DEFECTS = {
     "invalid_base64": "a base64 body with bytes outside the alphabet or bad padding: repaired",
 }
 
-_MIME_HEADERS = ("content-type", "content-transfer-encoding", "content-disposition")
+# Interned, as the names _header_re gives the fields: _tokens.first_values then finds each
+# by identity, without comparing strings.
+_MIME_HEADERS = tuple(map(sys.intern, ("content-type", "content-transfer-encoding",
+                                       "content-disposition")))
 # The longest run of header lines at the start of an entity (RFC 5322 2.2, 3.6.8): fields
 # and continuation lines (starting with white space), after an optional mbox "From " line.
 # Some archived articles start with the continuation lines of a header whose first line was
@@ -260,21 +264,82 @@ def read_mail(
         raise RuntimeError("the C extension streamnb.features._tokens is not built")
     if budget is None:
         budget = Budget(options)
-    mail = ParsedMail(size=len(raw))
-    if len(raw) > options.max_bytes:
+    size = len(raw)
+    if size > options.max_bytes:
         budget.exceeded("max_bytes")
         raw = raw[: options.max_bytes]
     raw = bytes(raw)
     if b"\r" in raw:
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    wanted = _wanted_headers(options.header_fields)
+    if c is not None and wanted.names is not _REGEX_ONLY:
+        # Nearly all mail: header lines closed by an empty line, read in one call into C
+        top = c.read_top(raw, wanted.names, _MIME_HEADERS)
+        if top is not None:
+            return _read_closed(top, size, options, budget, c)
+    mail = ParsedMail(size=size)
     defects: list[str] = []
     header_block, body = _split_entity(raw, defects, c)
-    headers = _parse_headers(header_block, _wanted_headers(options.header_fields), c)
+    headers = _parse_headers(header_block, wanted, c)
     # 8-bit text with no (usable) charset of its own is read with one the message declares
     # elsewhere: in an encoded word of a header, or in a Content-Type.
     encoded_words = b"=?" in header_block if c is None else c.has_encoded_word(header_block)
     hint = _encoded_word_charset(headers) if encoded_words else None
     _read_entities(mail, headers, body, hint, options, budget, defects, c)
+    _read_header_values(mail, headers, header_block, encoded_words, hint, options, c)
+    mail.truncated = tuple(budget.hit)
+    mail.defects = tuple(defects)
+    mail.header_block = header_block
+    return mail
+
+
+def _read_closed(top: tuple, size: int, options: FeaturizerOptions, budget: Budget, c):
+    """:func:`read_mail` of a mail whose header lines an empty line closes, from what
+    ``_tokens.read_top`` found: the header block and body, the MIME field values of the top
+    entity, and for a plain block (ASCII, no encoded word) the header values unfolded, the
+    subject and the addresses. A mail of one part (nine in ten) takes :func:`_read_entities`'
+    steps for it without the walk."""
+    (header_block, body, headers, top_values, encoded_words, plain_headers, subject,
+     from_addrs, to_addrs) = top
+    if plain_headers is None:
+        mail = ParsedMail(size=size)
+    else:
+        mail = ParsedMail(plain_headers, subject, from_addrs, to_addrs, size=size)
+    defects: list[str] = []
+    hint = _encoded_word_charset(headers) if encoded_words else None
+    fields = _part_fields(*top_values, "text/plain")
+    if fields.maintype == "multipart" or fields.ctype in _ENCLOSING or options.max_parts < 1:
+        _read_entities(mail, headers, body, hint, options, budget, defects, c, top_values)
+    else:
+        mail.n_parts = 1
+        if fields.invalid_type:
+            _note(defects, "invalid_content_type")
+        mail.content_type = fields.ctype
+        if fields.declares_charset:
+            mail.charsets.append(fields.charset)
+            if hint is None and codec_for(fields.charset):
+                hint = fields.charset
+        _read_leaf(mail, fields, fields.ctype, fields.maintype, body, hint, options, budget,
+                   defects)
+    if plain_headers is None:
+        _read_header_values(mail, headers, header_block, encoded_words, hint, options, c)
+    mail.truncated = tuple(budget.hit)
+    mail.defects = tuple(defects)
+    mail.header_block = header_block
+    return mail
+
+
+def _read_header_values(
+    mail: ParsedMail,
+    headers: list[tuple[str, bytes]],
+    header_block: bytes,
+    encoded_words: bool,
+    hint: str | None,
+    options: FeaturizerOptions,
+    c,
+) -> None:
+    """``mail.headers`` (the values decoded), its subject and addresses, from the raw
+    ``headers`` (``hint``: the charset of 8-bit text with none of its own)."""
     if hint is None and mail.charsets:
         hint = mail.charsets[0]
     plain = header_block.isascii() and not encoded_words  # nearly all mail: nothing to decode
@@ -294,10 +359,6 @@ def read_mail(
     for name in ("to", "cc"):
         for value in mail.headers.get(name, ()):
             mail.to_addrs += _addresses(value, c)
-    mail.truncated = tuple(budget.hit)
-    mail.defects = tuple(defects)
-    mail.header_block = header_block
-    return mail
 
 
 def _addresses(value: str, c) -> list[str]:
@@ -338,7 +399,7 @@ def _header_re(names: tuple[str, ...]) -> _Fields:
     # With names of field-name bytes only, the regex's match is the line's whole name (white
     # space or the colon ends it), compared without case: what the C scan does.
     in_c = all(_PLAIN_FIELD_NAME_RE.fullmatch(n) for n in encoded)
-    return _Fields(pattern, tuple((n.lower(), n.lower().decode()) for n in encoded)
+    return _Fields(pattern, tuple((n.lower(), sys.intern(n.lower().decode())) for n in encoded)
                    if in_c else _REGEX_ONLY)
 
 
@@ -667,10 +728,11 @@ def _read_entities(
     budget: Budget,
     defects: list[str],
     c,
+    top_values: tuple[bytes | None, ...] | None = None,
 ) -> None:
     """Walk the MIME tree depth first, in document order, with an explicit stack (``c``: the
-    C extension for the part headers, or None)."""
-    default = options.default_charset
+    C extension for the part headers, or None; ``top_values``: the top entity's MIME field
+    values, when found already)."""
     # (headers, body, depth, the type of a part that declares none: RFC 2046 5.1.5)
     stack: list[tuple[list[tuple[str, bytes]], bytes, int, str]] = [
         (headers, body, 0, "text/plain")
@@ -684,7 +746,9 @@ def _read_entities(
         if mail.n_parts and budget.out_of_time():
             return
         mail.n_parts += 1
-        fields = _part_fields(*_first_values(headers, _MIME_HEADERS, c), implied_type)
+        values = _first_values(headers, _MIME_HEADERS, c) if top_values is None else top_values
+        top_values = None
+        fields = _part_fields(*values, implied_type)
         ctype, maintype, params, charset = fields[:4]
         if fields.invalid_type:
             _note(defects, "invalid_content_type")  # read as text/plain, as RFC 2045 says
@@ -717,7 +781,7 @@ def _read_entities(
             # no parts in it: its body is the text
             _note(defects, "multipart_without_boundary" if not boundary else "boundary_not_found")
             ctype, maintype = "text/plain", "text"
-        elif ctype == "message/rfc822" or ctype == "message/news":
+        elif ctype in _ENCLOSING:
             if depth >= options.max_depth:
                 budget.exceeded("max_depth")
                 continue
@@ -725,25 +789,47 @@ def _read_entities(
             inner = _parse_headers(inner_headers, _MIME_FIELDS, c)
             stack.append((inner, inner_body, depth + 1, "text/plain"))
             continue
-        encoding = fields.encoding
-        if encoding not in _TRANSFER_ENCODINGS:
-            _note(defects, "unknown_transfer_encoding")  # the body is read as it is
-        if maintype != "text" or fields.named_attachment:
-            mail.attachments.append(
-                Attachment(fields.filename, ctype, _decoded_size(body, encoding))
-            )
-            continue
-        if budget.text_left <= 0:
-            budget.exceeded("max_text_chars")
-            continue
-        data = _decode_transfer(body, encoding, defects)
-        data = budget.take_text(data)
-        text = decode_text(data, charset, hint, default)
-        if ctype == "text/html" or (ctype != "text/plain" and _looks_like_html(text)):
-            html = budget.spend_text(text)
-            mail.parts.append(TextPart(ctype, charset, html_to_text(html, options.html), html))
-        else:
-            mail.parts.append(TextPart(ctype, charset, budget.spend_text(text)))
+        _read_leaf(mail, fields, ctype, maintype, body, hint, options, budget, defects)
+
+
+# The types whose body is a mail of its own.
+_ENCLOSING = frozenset({"message/rfc822", "message/news"})
+
+
+def _read_leaf(
+    mail: ParsedMail,
+    fields: _PartFields,
+    ctype: str,
+    maintype: str,
+    body: bytes,
+    hint: str | None,
+    options: FeaturizerOptions,
+    budget: Budget,
+    defects: list[str],
+) -> None:
+    """A part that holds no other (``ctype``/``maintype``: as read, text/plain for a multipart
+    read as text): its text decoded into ``mail.parts``, or it noted as an attachment."""
+    encoding = fields.encoding
+    if encoding not in _TRANSFER_ENCODINGS:
+        _note(defects, "unknown_transfer_encoding")  # the body is read as it is
+    if maintype != "text" or fields.named_attachment:
+        mail.attachments.append(Attachment(fields.filename, ctype, _decoded_size(body, encoding)))
+        return
+    if budget.text_left <= 0:
+        budget.exceeded("max_text_chars")
+        return
+    data = _decode_transfer(body, encoding, defects)
+    data = budget.take_text(data)
+    charset = fields.charset
+    # ASCII (most text): decode_text's first step, without the call
+    text = data.decode("ascii") if data.isascii() else decode_text(
+        data, charset, hint, options.default_charset
+    )
+    if ctype == "text/html" or (ctype != "text/plain" and _looks_like_html(text)):
+        html = budget.spend_text(text)
+        mail.parts.append(TextPart(ctype, charset, html_to_text(html, options.html), html))
+    else:
+        mail.parts.append(TextPart(ctype, charset, budget.spend_text(text)))
 
 
 def _looks_like_html(text: str) -> bool:

@@ -197,6 +197,10 @@ class Tokenizer:
             stop = {w.lower() for w in stop}
         self._stop = frozenset(stop)
         self._segment = _segmenter(options.cjk_segmenter, options.cjk_hmm)
+        # count_words' fast path: no pairs, numbers kept, so the counts need no word order
+        self._in_any_order = (
+            not (options.bigrams or options.osb_window) and options.numbers == "keep"
+        )
 
     def words(self, text: str) -> list[str]:
         """The words of ``text`` in order: lower-cased, length-bounded, Chinese segmented.
@@ -298,9 +302,10 @@ class Tokenizer:
 
     def _bag_of_words(self, text: str, expected: int = 0) -> tuple[Counter[str], int]:
         """Counts of :meth:`words` without putting Chinese and other words back in order, and
-        how many words that is (``expected``: how many tokens the counts will hold)."""
+        how many words that is (``expected``: how many tokens the counts will hold). An ASCII
+        text on the C path is count_words' own first case."""
         if text.isascii():  # nearly all mail: no Han run, no separator to replace
-            if self._native is not None:  # one call, lower-cased in C, the total comes with it
+            if self._native is not None:
                 counts = Counter()
                 if expected:
                     _native_path._tokens.reserve(counts, expected)
@@ -366,9 +371,15 @@ class Tokenizer:
         """
         options = self.options
         counts = None
-        if not (options.bigrams or options.osb_window) and options.numbers == "keep":
-            # the fast path: order does not matter
-            counts, n_words = self._bag_of_words(text, expected)
+        if self._in_any_order:  # the fast path: order does not matter
+            if self._native is not None and text.isascii():
+                # nearly all mail: one call into C, lower-cased there, the total comes with it
+                counts = Counter()
+                if expected:
+                    _native_path._tokens.reserve(counts, expected)
+                n_words = self._native.count(text, counts, None, options.lowercase)
+            else:
+                counts, n_words = self._bag_of_words(text, expected)
             if max_tokens is not None and n_words > max_tokens:
                 counts = None  # cut in order, below
             elif self._stop:  # the stop list is short, the counts may be long
@@ -380,7 +391,8 @@ class Tokenizer:
             money = _MONEY_RE.findall(text)
             if options.numbers == "shape":
                 money = [_DIGIT_RE.sub("0", m) for m in money]
-            counts.update(money)
+            for amount in money:  # a few: Counter.update's checks cost more than the loop
+                counts[amount] = counts.get(amount, 0) + 1
         if urls and options.url_tokens:
             self.count_url_tokens(text, counts)
         return counts, n_words
