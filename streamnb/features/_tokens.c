@@ -1549,6 +1549,28 @@ wanted_name(PyObject *names, const unsigned char *b, Py_ssize_t start, Py_ssize_
     return NULL;
 }
 
+/* The header line at b[line] as a field read: its name as a new reference, and where its
+ * value starts in *start. NULL with no error set for a line that is not a field, or whose
+ * name is not among ``names`` ((lower-case bytes, str) pairs; None reads every field, its
+ * name lower-cased); NULL with an error set when the name's str cannot be made. */
+static PyObject *
+field_read_at(const unsigned char *b, Py_ssize_t n, Py_ssize_t line, PyObject *names,
+              Py_ssize_t *start)
+{
+    Py_ssize_t name_end = line;
+    while (name_end < n && is_field_name_byte(b[name_end]))
+        name_end++;
+    *start = name_end > line ? field_value_start(b, n, name_end) : -1;
+    if (*start < 0)
+        return NULL;
+    if (names != Py_None)
+        return Py_XNewRef(wanted_name(names, b, line, name_end));
+    PyObject *name = PyUnicode_New(name_end - line, 127);
+    if (name != NULL)
+        put_lower(PyUnicode_1BYTE_DATA(name), b + line, name_end - line);
+    return name;
+}
+
 static PyObject *scan_header_fields(const unsigned char *b, Py_ssize_t n, PyObject *names);
 
 /* 0 if ``names`` is None or a tuple of (lower-case name as bytes, as str) pairs of field-name
@@ -1609,21 +1631,11 @@ scan_header_fields(const unsigned char *b, Py_ssize_t n, PyObject *names)
     Py_ssize_t line = 0;
     PyObject *fields = PyList_New(0);
     while (fields != NULL && line < n) {
-        Py_ssize_t name_end = line;
-        while (name_end < n && is_field_name_byte(b[name_end]))
-            name_end++;
-        Py_ssize_t start = name_end > line ? field_value_start(b, n, name_end) : -1;
-        PyObject *name = NULL;
-        if (start >= 0 && names != Py_None) {
-            name = wanted_name(names, b, line, name_end);
-            Py_XINCREF(name);
-        }
-        else if (start >= 0) {
-            name = PyUnicode_New(name_end - line, 127);
-            if (name == NULL)
-                Py_CLEAR(fields);
-            else
-                put_lower(PyUnicode_1BYTE_DATA(name), b + line, name_end - line);
+        Py_ssize_t start;
+        PyObject *name = field_read_at(b, n, line, names, &start);
+        if (name == NULL && PyErr_Occurred()) {
+            Py_CLEAR(fields);
+            break;
         }
         if (name == NULL) { /* not a field read: on to the next line */
             if ((line = next_line(b, n, line)) < 0)
@@ -1973,18 +1985,10 @@ unfold_fields(const unsigned char *b, Py_ssize_t n, PyObject *names, PyObject *m
 {
     Py_ssize_t line = 0;
     while (line < n) {
-        Py_ssize_t name_end = line;
-        while (name_end < n && is_field_name_byte(b[name_end]))
-            name_end++;
-        Py_ssize_t start = name_end > line ? field_value_start(b, n, name_end) : -1;
-        PyObject *name = NULL;
-        if (start >= 0 && names != Py_None)
-            name = Py_XNewRef(wanted_name(names, b, line, name_end));
-        else if (start >= 0) {
-            if ((name = PyUnicode_New(name_end - line, 127)) == NULL)
-                return -1;
-            put_lower(PyUnicode_1BYTE_DATA(name), b + line, name_end - line);
-        }
+        Py_ssize_t start;
+        PyObject *name = field_read_at(b, n, line, names, &start);
+        if (name == NULL && PyErr_Occurred())
+            return -1;
         if (name == NULL) { /* not a field read: on to the next line */
             if ((line = next_line(b, n, line)) < 0)
                 break;
