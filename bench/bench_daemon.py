@@ -462,9 +462,14 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
                 model.learn_one(x, y)
 
     def remember(items):
+        """A poll at a time, as the daemon's batch step: each message's input encoded (the
+        preparer's ``encode_x``), then the poll's run remembered with ``remember_many``."""
         store = FeedbackStore(settings.feedback.max_ids, settings.feedback.max_bytes)
-        for i, (x, y) in enumerate(items):
-            store.remember(str(i), "t:0", FeedbackStore.encode_x(x), y)
+        encode, batch = FeedbackStore.encode_x, settings.kafka.max_poll_records
+        for start in range(0, len(items), batch):
+            chunk = items[start:start + batch]
+            store.remember_many("t:0", [str(i) for i in range(start, start + len(chunk))],
+                                [encode(x) for x, _ in chunk], [y for _, y in chunk])
 
     def produce_outputs(records):
         producer = KafkaProducer(**producer_config(settings.kafka))
@@ -525,7 +530,7 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
         "kafka-python consumer (the bare consumer)": bare_cpu,
         "decode JSON + featurize": _cpu_per_record(decode_and_featurize, values, rounds),
         "model step (predict, learn the labelled)": _cpu_per_record(model_step, pairs, rounds),
-        "feedback store": _cpu_per_record(remember, pairs, rounds),
+        "feedback store (a poll at a time)": _cpu_per_record(remember, pairs, rounds),
         f"kafka-python producer ({len(outputs)} predictions)":
             _cpu_per_record(produce_outputs, outputs, rounds) * len(outputs) / n,
         f"changelog: make and produce (commits of {per_commit})": statistics.median(

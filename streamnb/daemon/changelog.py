@@ -882,13 +882,13 @@ def apply_records(
             if body is None:
                 store.put(msg_id, None)
                 continue
-            x_json = orjson.dumps(body["x"], option=orjson.OPT_SERIALIZE_NUMPY)
+            x_json = FeedbackStore.encode_x(body["x"])
             store.put(msg_id, Entry(slice_key, body["label"], x_json, body["seq"],
                                     body.get("clock")))
-        dumps, numpy = orjson.dumps, orjson.OPT_SERIALIZE_NUMPY
+        encode = FeedbackStore.encode_x
         for run, body in runs.items():
             store.put_run(run, None if body is None else [
-                (msg_id, Entry(slice_key, label, dumps(x, option=numpy), seq,
+                (msg_id, Entry(slice_key, label, encode(x), seq,
                                clock[0] if clock else None, run))
                 for msg_id, label, seq, x, *clock in body])
     return count

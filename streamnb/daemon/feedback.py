@@ -95,7 +95,7 @@ def decide(entry: Entry | None, label: str) -> str:
 
 
 def _exact(data: bytes) -> bytes:
-    """``data`` in a bytes object of its own size (see :meth:`FeedbackStore.remember`)."""
+    """``data`` in a bytes object of its own size (see :meth:`FeedbackStore.encode_x`)."""
     return memoryview(data).tobytes()
 
 class FeedbackStore:
@@ -140,9 +140,16 @@ class FeedbackStore:
 
     @staticmethod
     def encode_x(x: Any) -> bytes:
-        """The compact form an input is kept in; raises ``TypeError`` if not JSON-encodable."""
+        """The compact form an input is kept in, in a bytes object of its own size (what the
+        store keeps: see :meth:`remember`); raises ``TypeError`` if not JSON-encodable.
+
+        orjson's output keeps the buffer it grew (4x at a time: about 130 KB for a mail's
+        7 KB of JSON), so it is copied at once: the buffer is freed before the next input is
+        encoded, which reuses it. Copied later (by the store), a batch of 500 mails held
+        65 MB of such buffers, memory the allocator handed back to the system and faulted in
+        again every batch (two page faults a mail)."""
         try:
-            return orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY)
+            return _exact(orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY))
         except orjson.JSONEncodeError as error:
             raise TypeError(f"model input cannot be stored: {error}") from None
 
@@ -150,11 +157,12 @@ class FeedbackStore:
                  clock: int | None = None) -> int:
         """Keep ``msg_id``; ``x`` is the model input or its :meth:`encode_x` bytes.
 
-        Returns how many old entries were evicted to make room.
+        The store keeps the bytes object it is given, so it must be of its own size, as
+        :meth:`encode_x` makes it (or as a pipe hands it over): orjson's own output carries a
+        buffer of 130 KB for a mail's 5 to 10 KB of JSON, and a store of 100,000 mails would
+        hold 13 GB of them. Returns how many old entries were evicted to make room.
         """
-        # An exact-size copy: orjson hands back its output buffer (about 8 KiB whatever the
-        # JSON's length), and a store of 100,000 short messages would hold 800 MiB of them.
-        x_json = _exact(x if isinstance(x, bytes) else self.encode_x(x))
+        x_json = x if isinstance(x, bytes) else self.encode_x(x)
         old = self._entries.pop(msg_id, None)
         if old is not None:
             self.nbytes -= self._size(msg_id, old)
@@ -176,12 +184,13 @@ class FeedbackStore:
         without a learn clock: the same entries, runs, bytes and evictions, with the newest
         run, the counts and the lookups kept across the entries (a call each, with its
         lookups, was the largest part of a short message's bookkeeping in the daemon's batch
-        step). An id the store holds already goes through :meth:`remember`. Returns how many
-        old entries were evicted."""
+        step). ``x_jsons`` are kept as they are (:meth:`remember`: :meth:`encode_x`'s bytes).
+        An id the store holds already goes through :meth:`remember`. Returns how many old
+        entries were evicted."""
         entries, runs, run_bytes = self._entries, self._runs, self._run_bytes
         changed_runs, run_max_bytes = self._changed_runs, self.run_max_bytes
         slice_key = self._slice_names.setdefault(slice_key, slice_key)
-        dumps, exact = orjson.dumps, _exact
+        dumps = orjson.dumps
         overhead = _ENTRY_JSON_OVERHEAD
         slice_bytes = len(slice_key) + ENTRY_OVERHEAD
         run = entries[next(reversed(entries))].run if entries else None
@@ -193,7 +202,6 @@ class FeedbackStore:
                 run = entries[msg_id].run
                 members = runs.get(run)
                 continue
-            x_json = exact(x_json)
             cost = len(x_json) + len(dumps(msg_id)) + len(dumps(label)) + overhead
             seq = self._next_seq
             self._next_seq = seq + 1
@@ -333,6 +341,7 @@ class FeedbackStore:
     def put(self, msg_id: str, entry: Entry | None) -> None:
         """Set ``msg_id``'s entry as its changelog record says (None: delete it), without
         evicting anything: only the store's owner evicts, and its evictions are records too.
+        The entry's ``x_json`` is kept as it is (:meth:`remember`: :meth:`encode_x`'s bytes).
         An id already held keeps its place; call :meth:`order_by_arrival` after a restore."""
         old = self._entries.pop(msg_id, None) if entry is None else self._entries.get(msg_id)
         if old is not None:
@@ -342,7 +351,6 @@ class FeedbackStore:
             return
         if (entry.seq < self._next_seq) if old is None else (entry.seq != old.seq):
             self._unordered = True
-        entry.x_json = _exact(entry.x_json)  # see remember()
         self._entries[msg_id] = entry
         self.nbytes += self._size(msg_id, entry)
         # (a run's number may be one no entry has: see set_label)

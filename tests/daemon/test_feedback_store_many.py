@@ -4,11 +4,16 @@ changes the next commit writes."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamnb.daemon.changelog import apply_records, changed_feedback_records
 from streamnb.daemon.feedback import FeedbackStore
+from streamnb.models import MultinomialNB
 
 
 def state(store: FeedbackStore) -> dict:
@@ -55,10 +60,48 @@ def test_remember_many_leaves_the_store_of_one_remember_each(
         assert state(many) == state(one)
 
 
-def test_remember_many_copies_each_input_to_its_own_size():
-    """orjson hands back a buffer far larger than its JSON: the store keeps exact copies."""
-    store = FeedbackStore()
-    x_json = orjson.dumps({"win": 1})
-    store.remember_many("in:0", ["a"], [x_json], ["spam"])
-    kept = store.get("a").x_json
-    assert kept == x_json and kept is not x_json
+# A mail's token counts: about 7 KB of JSON, for which orjson's output carries a buffer of
+# about 130 KB (it grows it 4x at a time).
+MAILS = [{f"token-{m}-{i}": i % 7 + 1 for i in range(400)} for m in range(40)]
+
+
+def _traced_growth(make):
+    """What ``make()``'s result holds of the memory Python's allocators handed out."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = make()
+        return tracemalloc.get_traced_memory()[0] - before, kept
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("way", ["remember", "remember_many", "restored"])
+def test_a_store_of_mails_holds_about_their_jsons_bytes(way):
+    """Whichever way entries come in (an input, encode_x's bytes in a run, a changelog's
+    records), the store holds each input's JSON in memory of about its size, not orjson's
+    buffer: a store bounded at 64 MB of inputs would otherwise take 1 GB."""
+    payload = sum(len(orjson.dumps(x)) for x in MAILS)
+
+    def make():
+        store = FeedbackStore()
+        if way == "remember":
+            for i, x in enumerate(MAILS):
+                store.remember(f"m{i}", "in:0", x, "spam")
+        elif way == "remember_many":
+            store.remember_many("in:0", [f"m{i}" for i in range(len(MAILS))],
+                                [FeedbackStore.encode_x(x) for x in MAILS], ["spam"] * len(MAILS))
+        else:
+            live = FeedbackStore()
+            live.mark_changes()
+            for i, x in enumerate(MAILS):
+                live.remember(f"m{i}", "in:0", x, "spam")
+            records = changed_feedback_records(live)
+            del live
+            apply_records(MultinomialNB(), store, "in:0", records)
+            del records
+        return store
+
+    held, store = _traced_growth(make)
+    assert len(store) == len(MAILS) and store.get("m3").x == MAILS[3]
+    assert held < 2 * payload, f"{held} bytes held for {payload} bytes of JSON"
