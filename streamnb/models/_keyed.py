@@ -168,6 +168,8 @@ def replace_part(key: tuple, total: Any, old: Any, new: Any) -> Any:
 #: labels and each group has rows enough to pay for its numpy calls; else a row at a time.
 _MAX_PATTERN_LABELS = 62
 _ROWS_PER_PATTERN = 16
+#: Rows noted changed at once up to which they go into the set without the mask first.
+_NOTED_DIRECTLY = 256
 
 
 def _count_dicts(names: list[str], table: list[list[float]]) -> list[dict[str, float]]:
@@ -248,9 +250,38 @@ class KeyedTextStatistics:
         return [TOTALS_KEY] if self._totals_changed else []
 
     def _note_rows(self, rows) -> None:
-        """Called by the update paths with the rows they wrote (when tracking)."""
-        self._changed_rows.update(rows.tolist() if isinstance(rows, np.ndarray) else rows)
+        """Called by the update paths with the rows they wrote (when tracking).
+
+        A batch step writes ~20,000 rows, most of them noted already by an earlier batch
+        since the last commit: those are dropped first with :meth:`_noted_mask` (one numpy
+        gather) and only the others become ints and go into the set. Adding a member a set
+        holds leaves it as it was, so the set, and the order a commit lists its tokens in,
+        are those of adding every row. A message's few rows go to the set directly."""
+        if isinstance(rows, np.ndarray):
+            if rows.size > _NOTED_DIRECTLY:
+                noted = self._noted_mask()
+                rows = rows[~noted[rows]]
+                noted[rows] = True
+            rows = rows.tolist()
+        self._changed_rows.update(rows)
         self._totals_changed = True
+
+    def _noted_mask(self) -> np.ndarray:
+        """Per row of the count array, whether ``_changed_rows`` holds it: True only where
+        it does (the set only grows in place; ``mark_changes`` and an expiry's renumbering
+        make another), False where it does not or where the row went in directly. Made
+        again from the set when the set is another object, extended when the array grew."""
+        changed = self._changed_rows
+        noted = getattr(self, "_noted", None)
+        n_rows = self._counts.shape[0]
+        if noted is None or getattr(self, "_noted_of", None) is not changed:
+            noted = np.zeros(n_rows, dtype=bool)
+            if changed:
+                noted[np.fromiter(changed, dtype=np.intp, count=len(changed))] = True
+            self._noted, self._noted_of = noted, changed
+        elif noted.size < n_rows:
+            noted = self._noted = np.concatenate([noted, np.zeros(n_rows - noted.size, bool)])
+        return noted
 
     def stat_keys(self) -> list[tuple]:
         keys = [token_key(self._keys[row]) for row in self._vocabulary_rows().tolist()]
