@@ -353,7 +353,7 @@ def _native_step(model: MultinomialNB, batch: _InternedBatch, xs: list, ys: list
         if len(model._keys) != batch.n_indexed:
             raise RuntimeError("the model indexed tokens between reading and stepping a batch")
         model._key_bytes += sum(map(len, batch.new_keys))
-        model._add_rows(batch.new_keys)
+        model._add_rows(batch.new_keys, index_now=False)  # the table finds them
         # stale from the start (the loop may read them before the step learns them): their
         # row lists are made when the short path reads them
         model._row_counts.extend([None] * len(batch.new_keys))

@@ -636,3 +636,47 @@ def test_the_changed_tokens_and_their_order_are_those_of_noting_every_row(opts, 
             masked.mark_changes()
             plain.mark_changes()
     assert masked.to_state() == plain.to_state()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([{**MAIL}, TEXTBOOK_OPTIONS]), tracked_ops, tracked_ops)
+def test_the_rows_the_c_step_adds_are_in_the_index_whenever_it_is_read(step_kind, opts,
+                                                                        ops, more):
+    """The C step leaves the tokens it adds out of the index dict until the dict is next
+    read: whatever reads it then (a learn, a prediction, expiry, a copy in another process)
+    finds every token at its row, and the model goes on as one that indexed them at once."""
+    import pickle
+
+    deferred = make_model("multinomial", **opts)
+    at_once = make_model("multinomial", **opts)
+    at_once._add_rows = lambda keys, index_now=True: type(at_once)._add_rows(at_once, keys)
+    for op, arg in ops:
+        before = len(deferred._keys)
+        for model in (deferred, at_once):
+            if op == "batch":
+                model.prequential_many([x for x, _ in arg], [y for _, y in arg])
+            elif op == "one":
+                model.learn_one(*arg)
+            elif op == "expire":
+                model.track_last_seen()
+                model.expire(arg, old_values=False)
+        assert deferred._keys == at_once._keys
+        if op == "batch" and step_kind == "c" and len(deferred._keys) > before:
+            assert deferred._indexed <= before  # the step did leave them out
+        assert at_once._indexed == len(at_once._keys)
+    copied = pickle.loads(pickle.dumps(deferred))
+    for model in (deferred, copied):
+        assert model._index == {key: row for row, key in enumerate(model._keys)}
+        assert model._index == at_once._index
+        assert model.to_state() == at_once.to_state()
+    for op, arg in more:
+        if op == "batch":
+            xs, ys = [x for x, _ in arg], [y for _, y in arg]
+            assert_same_probas(at_once.prequential_many(xs, ys),
+                               copied.prequential_many(xs, ys), tolerance=0)
+        elif op == "one":
+            assert_same_probas([at_once.predict_proba_one(arg[0])],
+                               [copied.predict_proba_one(arg[0])], tolerance=0)
+            at_once.learn_one(*arg)
+            copied.learn_one(*arg)
+        assert copied.to_state() == at_once.to_state()
