@@ -238,7 +238,10 @@ class KeyedTextStatistics:
         whole slice (when it changed as many tokens as the slice holds) needs only the count."""
         if self._changed_rows is None:
             raise RuntimeError("changed_keys() before mark_changes(): nothing is tracked")
-        rows, get = self._changed_rows, self._index.get
+        rows = self._changed_rows
+        if not self._expired_keys:
+            return len(rows)  # (the index is not read: see TextModel._index)
+        get = self._index.get
         # an expired token learned again since is a changed row's token already
         return len(rows) + sum(1 for token in self._expired_keys
                                if (row := get(token)) is None or row not in rows)
@@ -330,8 +333,19 @@ class KeyedTextStatistics:
         the labels (sorted), a float array of a row per token and a column per label (zeros
         for a token without counts) and, with last-seen stamps, their stamps (int64; 0 for a
         token not held). ``token_values`` are the same counts as dicts."""
-        return self._rows_table(
-            np.array(list(map(self._index.get, tokens, repeat(-1))), dtype=np.intp))
+        return self._rows_table(self._rows_of(tokens))
+
+    def _rows_of(self, tokens: list) -> np.ndarray:
+        """The row of each of ``tokens`` (-1: not held). While the index dict lacks rows the
+        C batch step added, through that step's token table: reading the dict would add
+        them (``TextModel._index``), at every commit that moves unchanged tokens."""
+        if self._indexed < len(self._keys):
+            from streamnb.models._prequential import table_rows
+
+            rows = table_rows(self, tokens if isinstance(tokens, list) else list(tokens))
+            if rows is not None:
+                return rows
+        return np.array(list(map(self._index.get, tokens, repeat(-1))), dtype=np.intp)
 
     def _rows_table(self, rows: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray | None]:
         """``token_table`` of the tokens of ``rows`` (-1: a token not held)."""
@@ -380,7 +394,7 @@ class KeyedTextStatistics:
             return [None] * n
         order = sorted(range(len(labels)), key=labels.__getitem__)
         names = [labels[c] for c in order]
-        rows = np.array(list(map(self._index.get, tokens, repeat(-1))), dtype=np.intp)
+        rows = self._rows_of(tokens)
         present = np.flatnonzero(rows >= 0)
         rows = rows[present]
         table = self._counts[rows][:, order]

@@ -241,6 +241,18 @@ def _token_table(model: MultinomialNB) -> np.ndarray:
     return table.slots
 
 
+def table_rows(model: MultinomialNB, tokens: list) -> np.ndarray | None:
+    """The rows of ``tokens`` (-1: not held) through the C step's token table, or None (a
+    token not exactly a ``str``, or no C step): for the tokens a changelog commit reads while
+    the index dict still lacks the rows the C step added (``TextModel._index``)."""
+    if _native is None:
+        return None
+    rows = np.empty(len(tokens), dtype=np.int64)
+    if not _native.table_rows(_token_table(model), model._keys, tokens, rows):
+        return None
+    return rows
+
+
 def _read(model: MultinomialNB, xs: list, ys: list) -> _Batch | _InternedBatch | None:
     """The batch as the step that will run reads it (None: not every example is
     :func:`vectorisable`)."""

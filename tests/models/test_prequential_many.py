@@ -664,6 +664,14 @@ def test_the_rows_the_c_step_adds_are_in_the_index_whenever_it_is_read(step_kind
         if op == "batch" and step_kind == "c" and len(deferred._keys) > before:
             assert deferred._indexed <= before  # the step did leave them out
         assert at_once._indexed == len(at_once._keys)
+    # a commit's reads (changelog pages: token_table, token_values) leave the dict as it is
+    probe = [f"t{i}" for i in range(0, 1600, 7)] + ["never seen"]
+    indexed = deferred._indexed
+    labels, table, stamps = deferred.token_table(probe)
+    assert (labels, table.tolist()) == (lambda t: (t[0], t[1].tolist()))(
+        at_once.token_table(probe))
+    assert deferred.token_values(probe) == at_once.token_values(probe)
+    assert deferred._indexed == indexed
     copied = pickle.loads(pickle.dumps(deferred))
     for model in (deferred, copied):
         assert model._index == {key: row for row, key in enumerate(model._keys)}
