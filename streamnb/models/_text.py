@@ -313,8 +313,8 @@ class TextModel(KeyedTextStatistics, Model):
     def _index(self) -> dict[Any, int]:
         """Key -> row of every key of ``_keys``. The rows a C batch step added are put in
         when it is next read: a SpamAssassin mail brings ~20 new tokens, and adding them to
-        a dict of ~150,000 was a quarter of the C step's time (7.8 of 33 us a mail), for a
-        dict that the daemon's batches of mail never read (its expiry makes the dict anew)."""
+        a dict of ~150,000 was a fifth of the C step's time (7.8 of 41 us a mail under
+        cProfile), for a dict the daemon's batches of mail never read (expiry makes it anew)."""
         index = self._index_of
         if self._indexed < len(self._keys):
             start, keys = self._indexed, self._keys
