@@ -168,6 +168,8 @@ def replace_part(key: tuple, total: Any, old: Any, new: Any) -> Any:
 #: labels and each group has rows enough to pay for its numpy calls; else a row at a time.
 _MAX_PATTERN_LABELS = 62
 _ROWS_PER_PATTERN = 16
+#: Rows noted changed at once up to which they go into the set without the mask first.
+_NOTED_DIRECTLY = 256
 
 
 def _count_dicts(names: list[str], table: list[list[float]]) -> list[dict[str, float]]:
@@ -236,7 +238,10 @@ class KeyedTextStatistics:
         whole slice (when it changed as many tokens as the slice holds) needs only the count."""
         if self._changed_rows is None:
             raise RuntimeError("changed_keys() before mark_changes(): nothing is tracked")
-        rows, get = self._changed_rows, self._index.get
+        rows = self._changed_rows
+        if not self._expired_keys:
+            return len(rows)  # (the index is not read: see TextModel._index)
+        get = self._index.get
         # an expired token learned again since is a changed row's token already
         return len(rows) + sum(1 for token in self._expired_keys
                                if (row := get(token)) is None or row not in rows)
@@ -248,9 +253,38 @@ class KeyedTextStatistics:
         return [TOTALS_KEY] if self._totals_changed else []
 
     def _note_rows(self, rows) -> None:
-        """Called by the update paths with the rows they wrote (when tracking)."""
-        self._changed_rows.update(rows.tolist() if isinstance(rows, np.ndarray) else rows)
+        """Called by the update paths with the rows they wrote (when tracking).
+
+        A batch step writes ~20,000 rows, most of them noted already by an earlier batch
+        since the last commit: those are dropped first with :meth:`_noted_mask` (one numpy
+        gather) and only the others become ints and go into the set. Adding a member a set
+        holds leaves it as it was, so the set, and the order a commit lists its tokens in,
+        are those of adding every row. A message's few rows go to the set directly."""
+        if isinstance(rows, np.ndarray):
+            if rows.size > _NOTED_DIRECTLY:
+                noted = self._noted_mask()
+                rows = rows[~noted[rows]]
+                noted[rows] = True
+            rows = rows.tolist()
+        self._changed_rows.update(rows)
         self._totals_changed = True
+
+    def _noted_mask(self) -> np.ndarray:
+        """Per row of the count array, whether ``_changed_rows`` holds it: True only where
+        it does (the set only grows in place; ``mark_changes`` and an expiry's renumbering
+        make another), False where it does not or where the row went in directly. Made
+        again from the set when the set is another object, extended when the array grew."""
+        changed = self._changed_rows
+        noted = getattr(self, "_noted", None)
+        n_rows = self._counts.shape[0]
+        if noted is None or getattr(self, "_noted_of", None) is not changed:
+            noted = np.zeros(n_rows, dtype=bool)
+            if changed:
+                noted[np.fromiter(changed, dtype=np.intp, count=len(changed))] = True
+            self._noted, self._noted_of = noted, changed
+        elif noted.size < n_rows:
+            noted = self._noted = np.concatenate([noted, np.zeros(n_rows - noted.size, bool)])
+        return noted
 
     def stat_keys(self) -> list[tuple]:
         keys = [token_key(self._keys[row]) for row in self._vocabulary_rows().tolist()]
@@ -299,8 +333,19 @@ class KeyedTextStatistics:
         the labels (sorted), a float array of a row per token and a column per label (zeros
         for a token without counts) and, with last-seen stamps, their stamps (int64; 0 for a
         token not held). ``token_values`` are the same counts as dicts."""
-        return self._rows_table(
-            np.array(list(map(self._index.get, tokens, repeat(-1))), dtype=np.intp))
+        return self._rows_table(self._rows_of(tokens))
+
+    def _rows_of(self, tokens: list) -> np.ndarray:
+        """The row of each of ``tokens`` (-1: not held). While the index dict lacks rows the
+        C batch step added, through that step's token table: reading the dict would add
+        them (``TextModel._index``), at every commit that moves unchanged tokens."""
+        if self._indexed < len(self._keys):
+            from streamnb.models._prequential import table_rows
+
+            rows = table_rows(self, tokens if isinstance(tokens, list) else list(tokens))
+            if rows is not None:
+                return rows
+        return np.array(list(map(self._index.get, tokens, repeat(-1))), dtype=np.intp)
 
     def _rows_table(self, rows: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray | None]:
         """``token_table`` of the tokens of ``rows`` (-1: a token not held)."""
@@ -349,7 +394,7 @@ class KeyedTextStatistics:
             return [None] * n
         order = sorted(range(len(labels)), key=labels.__getitem__)
         names = [labels[c] for c in order]
-        rows = np.array(list(map(self._index.get, tokens, repeat(-1))), dtype=np.intp)
+        rows = self._rows_of(tokens)
         present = np.flatnonzero(rows >= 0)
         rows = rows[present]
         table = self._counts[rows][:, order]

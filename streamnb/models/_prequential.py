@@ -241,6 +241,18 @@ def _token_table(model: MultinomialNB) -> np.ndarray:
     return table.slots
 
 
+def table_rows(model: MultinomialNB, tokens: list) -> np.ndarray | None:
+    """The rows of ``tokens`` (-1: not held) through the C step's token table, or None (a
+    token not exactly a ``str``, or no C step): for the tokens a changelog commit reads while
+    the index dict still lacks the rows the C step added (``TextModel._index``)."""
+    if _native is None:
+        return None
+    rows = np.empty(len(tokens), dtype=np.int64)
+    if not _native.table_rows(_token_table(model), model._keys, tokens, rows):
+        return None
+    return rows
+
+
 def _read(model: MultinomialNB, xs: list, ys: list) -> _Batch | _InternedBatch | None:
     """The batch as the step that will run reads it (None: not every example is
     :func:`vectorisable`)."""
@@ -353,7 +365,7 @@ def _native_step(model: MultinomialNB, batch: _InternedBatch, xs: list, ys: list
         if len(model._keys) != batch.n_indexed:
             raise RuntimeError("the model indexed tokens between reading and stepping a batch")
         model._key_bytes += sum(map(len, batch.new_keys))
-        model._add_rows(batch.new_keys)
+        model._add_rows(batch.new_keys, index_now=False)  # the table finds them
         # stale from the start (the loop may read them before the step learns them): their
         # row lists are made when the short path reads them
         model._row_counts.extend([None] * len(batch.new_keys))

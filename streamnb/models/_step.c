@@ -19,6 +19,10 @@
  *   table_insert(table, keys, start)
  *       Adds the rows ``keys[start:]`` to a token table (see below).
  *
+ *   table_rows(table, keys, tokens, rows) -> bool
+ *       The rows of ``tokens`` through a token table (-1: not there); False if one is not
+ *       exactly a str.
+ *
  *   step(rows, lengths, values, columns, counts, nnz, n_docs, totals, seen, labels, vocab,
  *        clock, start, options) -> (done, vocab, clock, probas)
  *       The loop itself, message by message from ``start``: predict (the arithmetic of
@@ -222,6 +226,63 @@ table_find_all(const uint64_t *slots, size_t mask, PyObject *keys, PyObject **it
         }
         rows[i] = table_find(slots, mask, keys, (Py_hash_t)hashes[i], items[i]);
     }
+}
+
+/* table_rows(table, keys, tokens, rows) -> bool: the row of each of ``tokens`` (a list)
+ * through the token table into ``rows`` (int64, -1: not there), False (nothing written)
+ * if a token is not exactly a str. For the rows of tokens the model's index dict has not
+ * taken yet (streamnb/models/_text.py, ``_index``). */
+static PyObject *
+table_rows(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *table_obj, *keys, *tokens, *rows_obj;
+    if (!PyArg_ParseTuple(args, "OO!O!O", &table_obj, &PyList_Type, &keys, &PyList_Type,
+                          &tokens, &rows_obj))
+        return NULL;
+    Py_buffer table_b, rows_b;
+    size_t mask;
+    if (get_table(table_obj, &table_b, &mask) < 0)
+        return NULL;
+    if (get_buffer(rows_obj, &rows_b, 8, 1, "rows") < 0) {
+        PyBuffer_Release(&table_b);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    size_t n = (size_t)PyList_GET_SIZE(tokens);
+    int64_t *hashes = NULL, *candidates = NULL;
+    if ((size_t)(rows_b.len / 8) != n) {
+        PyErr_SetString(PyExc_ValueError, "table_rows: rows must hold one row per token");
+        goto done;
+    }
+    hashes = malloc((n + 1) * sizeof(int64_t));
+    candidates = malloc((n + 1) * sizeof(int64_t));
+    if (hashes == NULL || candidates == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject **items = ((PyListObject *)tokens)->ob_item;
+    for (size_t i = 0; i < n; i++) {
+        if (!PyUnicode_CheckExact(items[i])) {
+            result = Py_False;
+            Py_INCREF(result);
+            goto done;
+        }
+        Py_hash_t hash = PyObject_Hash(items[i]);
+        if (hash == -1)
+            goto done;
+        hashes[i] = hash;
+        candidates[i] = -1;
+    }
+    table_find_all(table_b.buf, mask, keys, items, hashes, n, rows_b.buf, candidates);
+    result = Py_True;
+    Py_INCREF(result);
+done:
+    free(hashes);
+    free(candidates);
+    PyBuffer_Release(&table_b);
+    PyBuffer_Release(&rows_b);
+    return result;
 }
 
 static PyObject *
@@ -793,6 +854,8 @@ done:
 static PyMethodDef methods[] = {
     {"table_insert", table_insert, METH_VARARGS,
      "table_insert(table, keys, start): add the rows keys[start:] to a token table"},
+    {"table_rows", table_rows, METH_VARARGS,
+     "table_rows(table, keys, tokens, rows): the rows of tokens through a token table"},
     {"intern", intern_, METH_VARARGS,
      "intern(xs, ys, index, n_indexed, ids, values, lengths): read a batch's tokens and counts (see the module doc)"},
     {"step", step, METH_VARARGS,

@@ -585,3 +585,106 @@ def test_a_model_moved_to_another_process_steps_as_the_loop_there(tmp_path, step
                          capture_output=True, text=True, env=env, check=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert out.stdout.strip() == "same"
+
+
+def _plainly_noted(model):
+    """``model`` noting the rows it writes as the change tracking did before its mask: every
+    row into the set, as it comes."""
+    def note_rows(rows):
+        model._changed_rows.update(rows.tolist() if hasattr(rows, "tolist") else rows)
+        model._totals_changed = True
+    model._note_rows = note_rows
+    return model
+
+
+# Mails of 40-200 distinct tokens out of 1,500: a batch writes hundreds of rows (more than
+# the mask's threshold), and many of them again in the next batch.
+tracked_mail = st.builds(
+    lambda seed, n: {f"t{i}": 1 + i % 2 for i in random.Random(seed).sample(range(1500), n)},
+    st.integers(0, 2**16), st.integers(40, 200))
+tracked_ops = st.lists(st.one_of(
+    st.tuples(st.just("batch"), st.lists(st.tuples(tracked_mail, labels), max_size=12)),
+    st.tuples(st.just("one"), st.tuples(tracked_mail, st.sampled_from(["ham", "spam"]))),
+    st.tuples(st.just("expire"), st.integers(100, 1400)),
+    st.tuples(st.just("commit"), st.none())), max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([{**MAIL}, TEXTBOOK_OPTIONS]), tracked_ops)
+def test_the_changed_tokens_and_their_order_are_those_of_noting_every_row(opts, ops):
+    """The rows a batch step wrote go into the changed set only if not noted since the last
+    commit (a mask over the rows): the set is that of noting every row, so a commit lists
+    the same tokens in the same order (the changelog's pages follow it), through batch
+    steps, single learns, expiry's renumbering, the arrays' growth and commits."""
+    masked = make_model("multinomial", **opts)
+    plain = _plainly_noted(make_model("multinomial", **opts))
+    for model in (masked, plain):
+        model.track_last_seen()
+        model.mark_changes()
+    for op, arg in ops:
+        for model in (masked, plain):
+            if op == "batch":
+                model.prequential_many([x for x, _ in arg], [y for _, y in arg])
+            elif op == "one":
+                model.learn_one(*arg)
+            elif op == "expire":
+                model.expire(arg, old_values=False)
+        assert masked.changed_tokens() == plain.changed_tokens()
+        assert masked.changed_token_count() == plain.changed_token_count()
+        assert list(masked._changed_rows) == list(plain._changed_rows)
+        if op == "commit":
+            masked.mark_changes()
+            plain.mark_changes()
+    assert masked.to_state() == plain.to_state()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([{**MAIL}, TEXTBOOK_OPTIONS]), tracked_ops, tracked_ops)
+def test_the_rows_the_c_step_adds_are_in_the_index_whenever_it_is_read(step_kind, opts,
+                                                                        ops, more):
+    """The C step leaves the tokens it adds out of the index dict until the dict is next
+    read: whatever reads it then (a learn, a prediction, expiry, a copy in another process)
+    finds every token at its row, and the model goes on as one that indexed them at once."""
+    import pickle
+
+    deferred = make_model("multinomial", **opts)
+    at_once = make_model("multinomial", **opts)
+    at_once._add_rows = lambda keys, index_now=True: type(at_once)._add_rows(at_once, keys)
+    for op, arg in ops:
+        before = len(deferred._keys)
+        for model in (deferred, at_once):
+            if op == "batch":
+                model.prequential_many([x for x, _ in arg], [y for _, y in arg])
+            elif op == "one":
+                model.learn_one(*arg)
+            elif op == "expire":
+                model.track_last_seen()
+                model.expire(arg, old_values=False)
+        assert deferred._keys == at_once._keys
+        if op == "batch" and step_kind == "c" and len(deferred._keys) > before:
+            assert deferred._indexed <= before  # the step did leave them out
+        assert at_once._indexed == len(at_once._keys)
+    # a commit's reads (changelog pages: token_table, token_values) leave the dict as it is
+    probe = [f"t{i}" for i in range(0, 1600, 7)] + ["never seen"]
+    indexed = deferred._indexed
+    labels, table, stamps = deferred.token_table(probe)
+    assert (labels, table.tolist()) == (lambda t: (t[0], t[1].tolist()))(
+        at_once.token_table(probe))
+    assert deferred.token_values(probe) == at_once.token_values(probe)
+    assert deferred._indexed == indexed
+    copied = pickle.loads(pickle.dumps(deferred))
+    for model in (deferred, copied):
+        assert model._index == {key: row for row, key in enumerate(model._keys)}
+        assert model._index == at_once._index
+        assert model.to_state() == at_once.to_state()
+    for op, arg in more:
+        if op == "batch":
+            xs, ys = [x for x, _ in arg], [y for _, y in arg]
+            assert_same_probas(at_once.prequential_many(xs, ys),
+                               copied.prequential_many(xs, ys), tolerance=0)
+        elif op == "one":
+            assert_same_probas([at_once.predict_proba_one(arg[0])],
+                               [copied.predict_proba_one(arg[0])], tolerance=0)
+            at_once.learn_one(*arg)
+            copied.learn_one(*arg)
+        assert copied.to_state() == at_once.to_state()
