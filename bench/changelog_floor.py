@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -102,21 +101,15 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    checkouts = {"this checkout": (HERE.parents[1], sys.executable)}
-    if args.baseline is not None:
-        root = args.baseline.resolve()
-        python = root / ".venv" / "bin" / "python"
-        checkouts[f"baseline ({root})"] = (root, str(python if python.exists()
-                                                    else sys.executable))
-    figures: dict[str, list[tuple[float, float, int]]] = {name: [] for name in checkouts}
-    for _ in range(args.rounds):
-        for name, (root, python) in checkouts.items():
-            out = subprocess.run(
-                [python, str(HERE), "--child", "--root", str(root), "--bootstrap",
-                 args.bootstrap, args.stream, str(args.every)],
-                check=True, capture_output=True, text=True,
-                env={**os.environ, "PYTHONPATH": str(root)}).stdout.split()
-            figures[name].append((float(out[0]), float(out[1]), int(out[2])))
+    # imported here, not at the top: the child runs with the other checkout's code first
+    # on its path, which may have no bench.alternate
+    sys.path.insert(0, str(HERE.parents[1]))
+    from bench.alternate import child_rounds
+
+    outputs = child_rounds(HERE, args.baseline, args.rounds,
+                           ["--bootstrap", args.bootstrap, args.stream, str(args.every)])
+    figures = {name: [(float(out[0]), float(out[1]), int(out[2])) for out in rounds]
+               for name, rounds in outputs.items()}
     load = os.getloadavg()[0]
     print(f"{args.stream}, commits of {args.every}, changelog stage (make and produce, "
           f"max_tokens 150000), CPU per message, median of {args.rounds} (load {load:.1f}):")

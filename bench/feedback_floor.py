@@ -24,7 +24,6 @@ import argparse
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -84,20 +83,14 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    checkouts = {"this checkout": (HERE.parents[1], sys.executable)}
-    if args.baseline is not None:
-        root = args.baseline.resolve()
-        python = root / ".venv" / "bin" / "python"
-        checkouts[f"baseline ({root})"] = (root, str(python if python.exists()
-                                                    else sys.executable))
-    figures: dict[str, list[list[float]]] = {name: [] for name in checkouts}
-    for _ in range(args.rounds):
-        for name, (root, python) in checkouts.items():
-            out = subprocess.run(
-                [python, str(HERE), "--child", "--root", str(root), args.stream],
-                check=True, capture_output=True, text=True,
-                env={**os.environ, "PYTHONPATH": str(root)}).stdout.split()
-            figures[name].append([float(figure) for figure in out])
+    # imported here, not at the top: the child runs with the other checkout's code first
+    # on its path, which may have no bench.alternate
+    sys.path.insert(0, str(HERE.parents[1]))
+    from bench.alternate import child_rounds
+
+    outputs = child_rounds(HERE, args.baseline, args.rounds, [args.stream])
+    figures = {name: [[float(figure) for figure in out] for out in rounds]
+               for name, rounds in outputs.items()}
     load = os.getloadavg()[0]
     print(f"{args.stream}, the feedback store's stage, CPU per message, median of "
           f"{args.rounds} (load {load:.1f}):")
