@@ -190,8 +190,6 @@ class FeedbackStore:
         entries, runs, run_bytes = self._entries, self._runs, self._run_bytes
         changed_runs, run_max_bytes = self._changed_runs, self.run_max_bytes
         slice_key = self._slice_names.setdefault(slice_key, slice_key)
-        dumps = orjson.dumps
-        overhead = _ENTRY_JSON_OVERHEAD
         slice_bytes = len(slice_key) + ENTRY_OVERHEAD
         run = entries[next(reversed(entries))].run if entries else None
         members = runs.get(run) if run is not None else None
@@ -202,7 +200,7 @@ class FeedbackStore:
                 run = entries[msg_id].run
                 members = runs.get(run)
                 continue
-            cost = len(x_json) + len(dumps(msg_id)) + len(dumps(label)) + overhead
+            cost = entry_cost(msg_id, label, x_json)
             seq = self._next_seq
             self._next_seq = seq + 1
             if members is None or len(members) >= RUN_ENTRIES or (

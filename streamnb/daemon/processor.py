@@ -43,6 +43,13 @@ DEAD_LETTER_LOG_FIRST = 10
 LABEL_ROOM = 96
 
 
+def _surely_fits_run(msg_id: str, label: str | None, x_json: bytes, run_max_bytes: int) -> bool:
+    """Whether a feedback entry, with ``LABEL_ROOM`` for a later label, surely fits a run
+    record of ``run_max_bytes``, without encoding its id and label (a character of them takes
+    at most 6 bytes of JSON): the usual case, far from the limit."""
+    return len(x_json) + 6 * (len(msg_id) + len(label or "")) + LABEL_ROOM < run_max_bytes
+
+
 @dataclass(slots=True)
 class _NewMessage:
     """A message read and featurized, not yet scored; ``started`` is when its record's
@@ -147,11 +154,11 @@ class RecordProcessor:
                     if key in self.slices:
                         store = self._store(key)
                         known = (key, runs_possible and self._batches(key), store.ids(),
-                                 store.run_max_bytes - LABEL_ROOM)
+                                 store.run_max_bytes)
                     else:
                         known = (None, False, None, 0)
                     partitions[tp] = known
-                key, batches, held, room = known
+                key, batches, held, run_max_bytes = known
                 if key is None:
                     continue
                 started = perf_counter()
@@ -163,7 +170,7 @@ class RecordProcessor:
                         self._featurizer_noted(msg_id, notes)
                     if ((unlabelled_joins if label is None else not labels or label in labels)
                             and msg_id not in held and msg_id not in run.id_set
-                            and (len(x_json) + 6 * (len(msg_id) + len(label or "")) < room
+                            and (_surely_fits_run(msg_id, label, x_json, run_max_bytes)
                                  or self._fits_state(key, msg_id, x_json, label))):
                         run.add(record, key, msg_id, label, x, x_json, started)
                         continue
@@ -407,9 +414,8 @@ class RecordProcessor:
         (a run of its own, see :mod:`streamnb.daemon.feedback`): one that does not would fail
         the commit's transaction at every restart. The label it may get later is allowed
         ``LABEL_ROOM`` bytes."""
-        if (len(x_json) + 6 * (len(msg_id) + len(label or "")) + LABEL_ROOM
-                < self._store(key).run_max_bytes):
-            return True  # the usual case, far from the limit
+        if _surely_fits_run(msg_id, label, x_json, self._store(key).run_max_bytes):
+            return True
         return entry_cost(msg_id, label, x_json) + LABEL_ROOM <= self._run_room(key)
 
     def _run_room(self, key: str) -> int:
