@@ -377,11 +377,7 @@ class KeyedTextStatistics:
         rows = self._vocabulary_rows()
         if self._seen is not None:
             rows = rows[np.argsort(self._seen[rows], kind="stable")]
-        labels = self._labels
-        order = sorted(range(len(labels)), key=labels.__getitem__)
-        tokens = list(map(self._keys.__getitem__, rows.tolist()))
-        stamps = self._seen[rows] if self._seen is not None else None
-        return tokens, [labels[c] for c in order], self._counts[rows][:, order], stamps
+        return list(map(self._keys.__getitem__, rows.tolist())), *self._rows_table(rows)
 
     def token_values(self, tokens: list) -> list[Any]:
         """``[self.stat_value(("token", t)) for t in tokens]``, made a block at a time: the
