@@ -421,10 +421,7 @@ class _Pages:
             moved_values = _values_of(model, moved)
             kept = moved_values.kept()
             moved, moved_values = list(compress(moved, kept)), moved_values.compress(kept)
-            order = moved_values.by_last_seen()
-            if order is not None:
-                moved = list(map(moved.__getitem__, order))
-                moved_values = moved_values.take(order)
+            moved, moved_values = _by_last_seen(moved, moved_values)
             self._pages(moved, moved_values, max_value_bytes, records)
         records.extend(_page_record(page, None) for page in sorted(doomed))
         records.extend(_stat_record(key, None) for key in legacy_keys if key[0] == "tokens")
@@ -458,10 +455,7 @@ class _Pages:
             values = _Columns(*columns)
         else:
             tokens = [key[1] for key in model.stat_keys() if key[0] == "token"]
-            values = _values_of(model, tokens)
-            order = values.by_last_seen()
-            if order is not None:
-                tokens, values = list(map(tokens.__getitem__, order)), values.take(order)
+            tokens, values = _by_last_seen(tokens, _values_of(model, tokens))
         records: Records = []
         self._pages(tokens, values, max_value_bytes, records)
         records.extend(_page_record(page, None) for page in old)
@@ -489,6 +483,15 @@ class _Pages:
         self.live[page] = len(page_tokens)
         self.home.update(dict.fromkeys(page_tokens, page))
         records.append((_page_key(page), value))
+
+
+def _by_last_seen(tokens: list, values: _Values) -> tuple[list, _Values]:
+    """``tokens`` and their ``values`` in the order they were last seen (stable), or as they
+    are when the values have no stamps."""
+    order = values.by_last_seen()
+    if order is None:
+        return tokens, values
+    return list(map(tokens.__getitem__, order)), values.take(order)
 
 
 class _Values:
