@@ -312,13 +312,7 @@ def _read_closed(top: tuple, size: int, options: FeaturizerOptions, budget: Budg
         _read_entities(mail, headers, body, hint, options, budget, defects, c, top_values)
     else:
         mail.n_parts = 1
-        if fields.invalid_type:
-            _note(defects, "invalid_content_type")
-        mail.content_type = fields.ctype
-        if fields.declares_charset:
-            mail.charsets.append(fields.charset)
-            if hint is None and codec_for(fields.charset):
-                hint = fields.charset
+        hint = _note_part(mail, fields, True, hint, defects)
         _read_leaf(mail, fields, fields.ctype, fields.maintype, body, hint, options, budget,
                    defects)
     if plain_headers is None:
@@ -749,16 +743,9 @@ def _read_entities(
         values = _first_values(headers, _MIME_HEADERS, c) if top_values is None else top_values
         top_values = None
         fields = _part_fields(*values, implied_type)
-        ctype, maintype, params, charset = fields[:4]
-        if fields.invalid_type:
-            _note(defects, "invalid_content_type")  # read as text/plain, as RFC 2045 says
-        if top:
-            mail.content_type = ctype
-            top = False
-        if fields.declares_charset:
-            mail.charsets.append(charset)
-            if hint is None and codec_for(charset):
-                hint = charset
+        ctype, maintype, params = fields[:3]
+        hint = _note_part(mail, fields, top, hint, defects)
+        top = False
         if maintype == "multipart":
             boundary = params.get("boundary", "")
             children = _split_multipart(body, boundary, defects) if boundary else None
@@ -790,6 +777,23 @@ def _read_entities(
             stack.append((inner, inner_body, depth + 1, "text/plain"))
             continue
         _read_leaf(mail, fields, ctype, maintype, body, hint, options, budget, defects)
+
+
+def _note_part(mail: ParsedMail, fields: _PartFields, top: bool, hint: str | None,
+               defects: list[str]) -> str | None:
+    """What a part's MIME fields tell of the mail: an invalid type noted (the part is read
+    as text/plain, as RFC 2045 says), the top part's type, a declared charset; returns the
+    charset of 8-bit text with none of its own (``hint``, or the first declared with a
+    codec)."""
+    if fields.invalid_type:
+        _note(defects, "invalid_content_type")
+    if top:
+        mail.content_type = fields.ctype
+    if fields.declares_charset:
+        mail.charsets.append(fields.charset)
+        if hint is None and codec_for(fields.charset):
+            hint = fields.charset
+    return hint
 
 
 # The types whose body is a mail of its own.
