@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import base64
 import faulthandler
+import functools
 import os
 import random
 import shutil
@@ -241,13 +242,14 @@ def _thread_times() -> dict[int, tuple[int, int]]:
     return times
 
 
-def wall_split(bootstrap: str, topic: str, n: int, after_build=None) -> None:
+def wall_split(bootstrap: str, topic: str, n: int, after_build=None, loop=daemon_loop) -> None:
     """Where one daemon loop's wall time goes, per record, with no timers in the loop: the
     main thread's wall time as its time on a CPU, its time runnable but waiting for one (other
     processes on the cores), and the rest, blocked (waiting for the GIL, a lock, or the
     network: a fetch, the commit's round trips); the cyclic collector's share; and the CPU
     of the daemon's other threads (kafka-python's IO threads), which hold the GIL for most of
-    theirs. Linux only (``/proc/<pid>/task/<tid>/schedstat``)."""
+    theirs. Linux only (``/proc/<pid>/task/<tid>/schedstat``). ``loop``: the daemon's, or
+    another with its arguments (``bench.skeleton_loop``)."""
     import gc
     import threading
 
@@ -291,7 +293,7 @@ def wall_split(bootstrap: str, topic: str, n: int, after_build=None) -> None:
 
     commit_module.Committer.checkpoint = timed_checkpoint
     try:
-        wall = daemon_loop(bootstrap, topic, n, after_build=after_build, probe=probe)
+        wall = loop(bootstrap, topic, n, after_build=after_build, probe=probe)
     finally:
         commit_module.Committer.checkpoint = checkpoint
     (t0, start, _), (t1, end, names) = moments["start"], moments["end"]
@@ -887,6 +889,12 @@ def main() -> int:
                         help="also print, for one daemon loop in a fresh process without timers, "
                              "the main thread's wall time as on a CPU / waiting for a CPU / "
                              "blocked, the cyclic collector's share and the other threads' CPU")
+    parser.add_argument("--skeleton", action="store_true",
+                        help="also time, in the same throughput rounds, a loop of the floor's "
+                             "stages and nothing else, exactly once, in one process "
+                             "(bench/skeleton_loop.py): the best one daemon process can do; "
+                             "and that loop with decoding and featurizing done before the "
+                             "clock starts")
     parser.add_argument("--kafka-setting", action="append", default=[], metavar="LINE",
                         help="also time, in the same throughput rounds, the daemon with this "
                              "line in its [kafka] table (e.g. 'max_poll_records = 2000'), or in "
@@ -907,6 +915,18 @@ def main() -> int:
         if what == "wall-split":
             wall_split(args.bootstrap, topic, int(n), after_build=started_up)
             return 0
+        if what in ("skeleton", "skeleton-free-prepare"):
+            from bench.skeleton_loop import skeleton_loop
+
+            if args.wall_split:  # the skeleton's own wall split
+                wall_split(args.bootstrap, topic, int(n), after_build=started_up,
+                           loop=functools.partial(
+                               skeleton_loop, free_prepare=what == "skeleton-free-prepare"))
+                return 0
+            print(skeleton_loop(args.bootstrap, topic, int(n), after_build=started_up,
+                                free_prepare=what == "skeleton-free-prepare"),
+                  time.process_time() - cpu_started)
+            return 0
         wall = daemon_loop(args.bootstrap, topic, int(n), prepare_process=what == "prepare",
                            after_build=started_up)
         print(wall, time.process_time() - cpu_started)
@@ -926,7 +946,7 @@ def main() -> int:
         produce(args.bootstrap, topic, ((k, v) for k, v, _ in values))
         print(f"  {name}: {len(values)} records in {topic}", file=sys.stderr, flush=True)
         topics[name] = (topic, len(values))
-        bare, loop, prepared, baseline = [], [], [], []
+        bare, loop, prepared, baseline, skeleton, skeleton_free = [], [], [], [], [], []
         tuned: dict[str, list] = {line: [] for line in args.kafka_setting}
         for round_ in range(args.rounds):
             bare.append(in_child("bare", args.bootstrap, topic, len(values)))
@@ -934,6 +954,10 @@ def main() -> int:
             for line, times in tuned.items():
                 times.append(in_child("daemon", args.bootstrap, topic, len(values),
                                       kafka_setting=line))
+            if args.skeleton:
+                skeleton.append(in_child("skeleton", args.bootstrap, topic, len(values)))
+                skeleton_free.append(in_child("skeleton-free-prepare", args.bootstrap, topic,
+                                              len(values)))
             if args.prepare_process:
                 prepared.append(in_child("prepare", args.bootstrap, topic, len(values)))
             if args.baseline:
@@ -942,7 +966,9 @@ def main() -> int:
             print(f"  {name} round {round_ + 1}: bare {bare[-1][0]:.2f} s, "
                   f"daemon {loop[-1][0]:.2f} s"
                   + (f", with the prepare process {prepared[-1][0]:.2f} s" if prepared else "")
-                  + (f", baseline daemon {baseline[-1][0]:.2f} s" if baseline else ""),
+                  + (f", baseline daemon {baseline[-1][0]:.2f} s" if baseline else "")
+                  + (f", skeleton {skeleton[-1][0]:.2f} s, with decoding and featurizing "
+                     f"free {skeleton_free[-1][0]:.2f} s" if skeleton else ""),
                   file=sys.stderr, flush=True)
         b, d = statistics.median(w for w, _ in bare), statistics.median(w for w, _ in loop)
         n = len(values)
@@ -954,6 +980,15 @@ def main() -> int:
             o = statistics.median(w for w, _ in baseline)
             print(f"  baseline daemon ({args.baseline}): {n / o:,.0f} msg/s, ratio {b / o:.3f}"
                   "  [rounds: " + ", ".join(f"{n / t:,.0f}" for t, _ in baseline) + "]")
+        if skeleton:
+            k = statistics.median(w for w, _ in skeleton)
+            print(f"  skeleton (the floor's stages alone, one process, exactly once): "
+                  f"{n / k:,.0f} msg/s, ratio {b / k:.3f}  [rounds: "
+                  + ", ".join(f"{n / t:,.0f}" for t, _ in skeleton) + "]")
+            k = statistics.median(w for w, _ in skeleton_free)
+            print(f"  skeleton with decoding and featurizing free: {n / k:,.0f} msg/s, "
+                  f"ratio {b / k:.3f}  [rounds: "
+                  + ", ".join(f"{n / t:,.0f}" for t, _ in skeleton_free) + "]")
         for line, times in tuned.items():
             t = statistics.median(w for w, _ in times)
             where = line if line.startswith("[") else f"[kafka] {line}"
@@ -967,11 +1002,19 @@ def main() -> int:
         if args.breakdown:
             breakdown(args.bootstrap, topic, n)
         if args.wall_split:
-            print(subprocess.run(
-                [sys.executable, "-m", "bench.bench_daemon", "--child", "wall-split", topic,
-                 str(n), "--bootstrap", args.bootstrap], cwd=REPO, capture_output=True,
-                text=True, timeout=300, check=True, env={**os.environ, "PYTHONPATH": str(REPO)},
-            ).stdout.rstrip())
+            splits = [("wall-split", [])]
+            if args.skeleton:
+                splits += [(kind, ["--wall-split"])
+                           for kind in ("skeleton", "skeleton-free-prepare")]
+            for kind, more in splits:
+                if kind != "wall-split":
+                    print(f"  the {kind.replace('-', ' ')} loop:")
+                print(subprocess.run(
+                    [sys.executable, "-m", "bench.bench_daemon", "--child", kind, topic,
+                     str(n), "--bootstrap", args.bootstrap, *more], cwd=REPO,
+                    capture_output=True, text=True, timeout=300, check=True,
+                    env={**os.environ, "PYTHONPATH": str(REPO)},
+                ).stdout.rstrip())
         if args.floor:
             floor(args.bootstrap, topic, values, max(args.rounds, 3), b / n * 1e6,
                   statistics.median(c for _, c in bare) / n * 1e6, n / d)
