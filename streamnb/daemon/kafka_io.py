@@ -448,24 +448,24 @@ class _BulkAppend:
         if key is None:
             if value is None:
                 raise ValueError("Need at least one: key or value")
-            key_part = _NULL
+            key_length, key = _NULL, b""
         elif type(key) in _BYTE_LIKE:
-            key_part = _varint(len(key)) + key
+            key_length = _varint(len(key))
         else:
             raise TypeError(f"Unsupported type for serialized key: {type(key)}")
         if value is None:
-            value_part = _NULL
+            value_length, value = _NULL, b""
         elif type(value) in _BYTE_LIKE:
-            value_part = _varint(len(value)) + value
+            value_length = _varint(len(value))
         else:
             raise TypeError(f"Unsupported type for serialized value: {type(value)}")
         if headers is None:
-            return key_part + value_part + _NO_HEADERS
+            return b"".join((key_length, key, value_length, value, _NO_HEADERS))
         if not isinstance(headers, list):
             raise TypeError("headers must be list-type")
         if not headers:
-            return key_part + value_part + _NO_HEADERS
-        parts = [key_part, value_part, _varint(len(headers))]
+            return b"".join((key_length, key, value_length, value, _NO_HEADERS))
+        parts = [key_length, key, value_length, value, _varint(len(headers))]
         for item in headers:
             if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
                     and isinstance(item[1], bytes)):
@@ -490,14 +490,24 @@ class _BulkAppend:
             body = bodies[i]
             offset_part = varints[offset] if offset < small else _varint_bytes(offset)
             length = len(head) + len(offset_part) + len(body)
-            record = b"".join((varints[length] if length < small else _varint_bytes(length),
-                               head, offset_part, body))
-            if size + len(record) > limit:
-                break
-            buffer += record
-            size += len(record)
-            if len(record) > largest:
-                largest = len(record)
+            if length < small:  # one bytes object, one append (faster than four)
+                record = b"".join((varints[length], head, offset_part, body))
+                if size + len(record) > limit:
+                    break
+                buffer += record
+                length = len(record)
+            else:  # a large body is copied once, into the batch
+                length_part = _varint_bytes(length)
+                length += len(length_part)
+                if size + length > limit:
+                    break
+                buffer += length_part
+                buffer += head
+                buffer += offset_part
+                buffer += body
+            size += length
+            if length > largest:
+                largest = length
             offset += 1
         count = offset - first
         if count:

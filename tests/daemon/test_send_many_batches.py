@@ -20,8 +20,11 @@ from streamnb.daemon.kafka_io import _BulkAppend
 TP = TopicPartition("out", 0)
 TIMESTAMP = 1_764_633_600_000
 
-keys = st.one_of(st.none(), st.binary(max_size=40), st.binary(min_size=8190, max_size=8200))
-values = st.one_of(st.none(), st.binary(max_size=300), st.binary(min_size=8180, max_size=8200))
+# lengths past the table of small varints (8,192), without drawing each byte
+large = st.tuples(st.binary(max_size=8), st.integers(8180, 8300)).map(
+    lambda drawn: drawn[0] + b"\xab" * drawn[1])
+keys = st.one_of(st.none(), st.binary(max_size=40), large)
+values = st.one_of(st.none(), st.binary(max_size=300), large)
 headers = st.lists(st.tuples(st.text(max_size=12), st.binary(max_size=20)), max_size=3)
 records = st.lists(
     st.tuples(keys, values, headers).filter(lambda r: r[0] is not None or r[1] is not None),
