@@ -195,3 +195,42 @@ def test_an_oversized_record_is_refused_before_it_is_sent(kafka_bootstrap, topic
     finally:
         io.close()
     assert [key for _, _, key, _, _ in _read(kafka_bootstrap, out, 1)] == [b"a"]
+
+
+def test_a_kafka_python_not_as_expected_gets_one_send_a_record(kafka_bootstrap, topic_prefix,
+                                                               monkeypatch, caplog):
+    from streamnb.daemon import kafka_io
+
+    monkeypatch.setattr(kafka_io._BulkAppend, "unusable",
+                        classmethod(lambda cls, producer: "ProducerBatch has no records"))
+    with caplog.at_level(logging.DEBUG, logger="streamnb.kafka"):
+        io = _kafka_io(kafka_bootstrap, topic_prefix)
+    out = io.settings.output_topic
+    sent = []
+    monkeypatch.setattr(io, "send", lambda *args, **kwargs: sent.append((args, kwargs)))
+    try:
+        assert io._bulk is None and io.send_many_fallback == "ProducerBatch has no records"
+        assert ("send_many: one KafkaProducer.send a record (ProducerBatch has no records)"
+                in [r.getMessage() for r in caplog.records])
+        io.send_many(out, [(b"a", b"1"), (b"b", b"2", [("h", b"x")])], partition=0)
+        assert sent == [((out, b"a", b"1"), {"partition": 0}),
+                        ((out, b"b", b"2", [("h", b"x")]), {"partition": 0})]
+    finally:
+        io.close()
+
+
+def test_a_producer_with_a_serializer_is_not_taken_past(kafka_bootstrap):
+    from kafka import KafkaProducer
+
+    from streamnb.daemon.kafka_io import _BulkAppend
+
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, value_serializer=str.encode)
+    try:
+        assert _BulkAppend.unusable(producer) == "a serializer is configured"
+    finally:
+        producer.close(timeout=5)
+    plain = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    try:
+        assert _BulkAppend.unusable(plain) is None  # not transactional: the path holds too
+    finally:
+        plain.close(timeout=5)
