@@ -543,43 +543,54 @@ class _BulkAppend:
                 raise ValueError("partition must be >= 0")
             if partition not in partitions:
                 raise ValueError(f"Unrecognized partition {partition} for topic {topic}")
-            self._append(TopicPartition(topic, partition), records)
         elif len(partitions) == 1:
-            (only,) = partitions
-            self._append(TopicPartition(topic, only), records)
+            (partition,) = partitions
+        # Every record is checked, in order, before any is added: the records before one that
+        # send would refuse are added, in their partitions, and it raises.
+        bodies, refused = self._bodies(records)
+        records = records[:len(bodies)]
+        if partition is not None:
+            self._append(TopicPartition(topic, partition), records, bodies)
         else:
-            by_partition: dict[int, list[tuple]] = {}
+            by_partition: dict[int, tuple[list, list]] = {}
             choose, metadata = self.partitioner.partition, self.metadata
-            for record in records:
+            for record, body in zip(records, bodies, strict=True):
                 chosen = choose(topic, record[0], record[0], record[1], record[1], metadata)
-                by_partition.setdefault(chosen, []).append(record)
-            for chosen, members in by_partition.items():
-                self._append(TopicPartition(topic, chosen), members)
+                members = by_partition.get(chosen)
+                if members is None:
+                    members = by_partition[chosen] = ([], [])
+                members[0].append(record)
+                members[1].append(body)
+            for chosen, (members, their_bodies) in by_partition.items():
+                self._append(TopicPartition(topic, chosen), members, their_bodies)
+        if refused is not None:
+            raise refused
 
-    def _append(self, tp: TopicPartition, records: list[tuple]) -> None:
+    def _bodies(self, records: list[tuple]) -> tuple[list[bytes], BaseException | None]:
+        """Each record's body, up to the first that ``KafkaProducer.send`` would refuse, and
+        the error it would raise for it (None: none)."""
         bodies: list[bytes] = []
-        refused: BaseException | None = None
         body_of, most = self._body, self.max_request_size - _RECORD_ESTIMATE_OVERHEAD
         for record in records:
             try:
                 body = body_of(*record)
             except (TypeError, ValueError) as error:
-                refused = error
-                break
+                return bodies, error
             if len(body) > most:
-                refused = MessageSizeTooLargeError(
+                return bodies, MessageSizeTooLargeError(
                     f"The message is {len(body) + _RECORD_ESTIMATE_OVERHEAD} bytes when "
                     "serialized which is larger than the maximum request size you have "
                     "configured with the max_request_size configuration")
-                break
             bodies.append(body)
-        if bodies:
-            manager = self.manager
-            if manager is not None and manager.is_transactional():
-                manager.maybe_add_partition_to_transaction(tp)
-            self._add(tp, records, bodies)
-        if refused is not None:
-            raise refused
+        return bodies, None
+
+    def _append(self, tp: TopicPartition, records: list[tuple], bodies: list[bytes]) -> None:
+        if not bodies:
+            return
+        manager = self.manager
+        if manager is not None and manager.is_transactional():
+            manager.maybe_add_partition_to_transaction(tp)
+        self._add(tp, records, bodies)
 
     def _add(self, tp: TopicPartition, records: list[tuple], bodies: list[bytes]) -> None:
         accumulator, on_error, fill = self.accumulator, self.on_error, self._fill

@@ -81,29 +81,81 @@ def test_a_record_kafka_producer_send_refuses_is_refused(record, error):
         _BulkAppend._body(*record)
 
 
-def test_a_record_over_max_request_size_is_refused_after_the_records_before_it():
-    """What ``KafkaProducer.send`` does record by record: the ones before are added, the
-    oversized one raises, the ones after are not sent."""
+class _Manager:
+    def __init__(self):
+        self.added: list = []
 
-    class Manager:
-        added: list = []
+    def is_transactional(self):
+        return True
 
-        def is_transactional(self):
-            return True
+    def maybe_add_partition_to_transaction(self, tp):
+        self.added.append(tp)
 
-        def maybe_add_partition_to_transaction(self, tp):
-            self.added.append(tp)
+
+class _Metadata:
+    def partitions_for_topic(self, topic):
+        return {0, 1, 2}
+
+
+def _bulk_recording_appends() -> tuple[_BulkAppend, list]:
+    """A ``_BulkAppend`` whose appends to the accumulator are recorded instead."""
+    from types import SimpleNamespace
+
+    from streamnb.daemon.kafka_io import KeyHashPartitioner
 
     bulk = _BulkAppend.__new__(_BulkAppend)
-    bulk.max_request_size, bulk.manager = 1000, Manager()
-    appended = []
-    bulk._add = lambda tp, records, bodies: appended.extend(records[:len(bodies)])
+    bulk.producer, bulk.metadata = SimpleNamespace(_closed=False), _Metadata()
+    bulk.partitioner, bulk.manager, bulk.max_request_size = KeyHashPartitioner(), _Manager(), 1000
+    appended: list = []
+    bulk._add = lambda tp, records, bodies: appended.append(
+        (tp.partition, list(records), [_BulkAppend._body(*r) for r in records] == bodies))
+    return bulk, appended
+
+
+@pytest.mark.parametrize("partition", [None, 1])
+def test_a_record_over_max_request_size_is_refused_after_the_records_before_it(partition):
+    """What ``KafkaProducer.send`` does record by record: the ones before it are added (in
+    every partition they go to), the oversized one raises, none after it is added."""
+    bulk, appended = _bulk_recording_appends()
+    records = [(b"key-%d" % i, b"v") for i in range(30)]
+    records[20] = (b"big", b"x" * 1000)
     with pytest.raises(MessageSizeTooLargeError):
-        bulk._append(TP, [(b"a", b"1"), (b"b", b"x" * 1000), (b"c", b"3")])
-    assert appended == [(b"a", b"1")] and Manager.added == [TP]
+        bulk.send("out", records, partition, None)
+    added = sorted(r for _, members, _ in appended for r in members)
+    assert added == sorted(records[:20])
+    assert all(same for _, _, same in appended)
+    partitions = {p for p, _, _ in appended}
+    assert partitions == ({0, 1, 2} if partition is None else {1})
+    assert sorted(tp.partition for tp in bulk.manager.added) == sorted(partitions)
+    for _, members, _ in appended:  # each partition's records in their order
+        assert members == [r for r in records[:20] if r in members]
+    appended.clear()
+    bulk.manager.added.clear()
     with pytest.raises(MessageSizeTooLargeError):  # the first refused: nothing added
-        bulk._append(TP, [(b"b", b"x" * 1000)])
-    assert Manager.added == [TP]
+        bulk.send("out", [(b"big", b"x" * 1000), (b"a", b"1")], partition, None)
+    assert appended == [] and bulk.manager.added == []
+
+
+def test_a_keyed_record_goes_to_the_partition_send_would_choose():
+    from kafka.partitioner import DefaultPartitioner
+
+    bulk, appended = _bulk_recording_appends()
+    records = [(b"key-%d" % i, b"v") for i in range(100)]
+    bulk.send("out", records, None, None)
+
+    class Cluster:
+        def topics(self, exclude_internal_topics=True):
+            return {"out"}
+
+        def partitions_for_topic(self, topic):
+            return {0, 1, 2}
+
+        available_partitions_for_topic = partitions_for_topic
+
+    for p, members, _ in appended:
+        assert {DefaultPartitioner().partition("out", k, k, v, v, Cluster())
+                for k, v in members} == {p}
+    assert sum(len(m) for _, m, _ in appended) == 100 and len(appended) == 3
 
 
 def _mixed_batch(errors: list) -> ProducerBatch:
