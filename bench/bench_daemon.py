@@ -358,6 +358,7 @@ def breakdown(bootstrap: str, topic: str, n: int) -> None:
     def build_timed(*args, **kwargs):
         daemon = build(*args, **kwargs)
         for name, stage in (("poll", "kafka poll"), ("send", "hand outputs to the producer"),
+                            ("send_many", "hand outputs to the producer, many at once"),
                             ("commit", "offsets + commit_transaction"),
                             ("tail_poll", "changelog reader poll")):
             timed(daemon.io, name, stage)

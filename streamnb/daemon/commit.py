@@ -154,12 +154,10 @@ class Committer:
 
     def _send_records(self, topic: str, partition: int, records: list) -> int:
         """Send ``records`` (key, value or None) to one changelog partition, in the open
-        transaction; returns their bytes."""
-        send, size = self.io.send, 0
-        for record_key, value in records:
-            send(topic, record_key, value, partition=partition)
-            size += len(record_key) + (len(value) if value is not None else 0)
-        return size
+        transaction, with one ``send_many``; returns their bytes."""
+        self.io.send_many(topic, records, partition=partition)
+        return sum(len(record_key) + (len(value) if value is not None else 0)
+                   for record_key, value in records)
 
     def _page_room(self, topic: str) -> int:
         """The value bytes a token page may carry to changelog ``topic`` (with the key of a

@@ -43,13 +43,18 @@ from kafka.errors import (
     CommitFailedError,
     FencedInstanceIdError,
     IllegalGenerationError,
+    IllegalStateError,
     KafkaError,
+    MessageSizeTooLargeError,
     ProducerFencedError,
     TopicAlreadyExistsError,
     UnknownMemberIdError,
 )
 from kafka.partitioner import DefaultPartitioner
+from kafka.producer.producer_batch import ProducerBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecordsBuilder
+from kafka.record.util import encode_varint
 from kafka.structs import MemberState, OffsetAndMetadata
 
 from streamnb.config import KafkaSettings
@@ -279,6 +284,353 @@ def transactional_producer_config(settings: KafkaSettings, transactional_id: str
     }
 
 
+# ---------------------------------------------------------------------- many records at once
+# kafka-python's KafkaProducer.send costs 12-14 us of CPU a record on a 90-byte prediction: its
+# checks, a debug log line whose str(self) is built on every call, the transaction manager's
+# partition check under its lock, the accumulator's per-partition lock, a FutureRecordMetadata
+# per record and the batch builder's Python varints. KafkaIO.send_many hands a list of records
+# of one topic to the accumulator in one call instead (_BulkAppend), through kafka-python's
+# internals, which it checks once at start-up (_BulkAppend.unusable) and else leaves alone.
+
+def _varint_bytes(value: int) -> bytes:
+    """``value`` as the record format writes it (zigzag varint; kafka-python's encoder)."""
+    out = bytearray()
+    encode_varint(value, out.append)
+    return bytes(out)
+
+
+# The varints of 0..8191 (lengths and offset deltas of small records), made once (300 KB).
+_SMALL_VARINTS = 1 << 13
+_VARINTS = [_varint_bytes(n) for n in range(_SMALL_VARINTS)]
+_NULL = _varint_bytes(-1)  # the length of a null key or value
+_NO_HEADERS = _VARINTS[0]
+_BYTE_LIKE = (bytes, bytearray, memoryview)
+
+
+def _varint(value: int) -> bytes:
+    return _VARINTS[value] if 0 <= value < _SMALL_VARINTS else _varint_bytes(value)
+
+
+class _Delivery:
+    """Reports the delivery failures of the records one ``send_many`` call put in one producer
+    batch, from the batch's own result, instead of a ``FutureRecordMetadata`` for each record
+    (what kafka-python's per-record futures would report: ``record_exceptions_fn`` of each
+    record's index). It stands in the batch's ``_record_futures`` once for each of those records,
+    so a batch that the broker refuses for its size, which kafka-python splits and re-binds
+    record by record (``RecordAccumulator.split_and_reenqueue`` calls ``rebind``), still reports
+    each record from the batch it moved to."""
+
+    __slots__ = ("on_error", "first", "count", "moved")
+
+    def __init__(self, on_error: Callable[[BaseException], None], produce_future, first: int,
+                 count: int):
+        self.on_error = on_error
+        self.first = first
+        self.count = count
+        self.moved: dict | None = None
+        produce_future.add_callback(self._done)
+
+    def _done(self, result) -> None:
+        if result[2] is not None:
+            self._fail(result[2], range(self.first, self.first + self.count))
+
+    def _fail(self, record_error, indices) -> None:
+        for index in indices:
+            error = record_error(index)
+            self.on_error(error() if type(error) is type else error)
+
+    def rebind(self, produce_future, index: int) -> None:
+        """One of the records now has ``index`` in the batch of ``produce_future``."""
+        moved = self.moved
+        if moved is None:
+            moved = self.moved = {}
+        indices = moved.get(produce_future)
+        if indices is None:
+            indices = moved[produce_future] = []
+            produce_future.add_callback(self._done_moved, indices)
+        indices.append(index)
+
+    def _done_moved(self, indices: list[int], result) -> None:
+        if result[2] is not None:
+            self._fail(result[2], indices)
+
+
+class _BulkAppend:
+    """Adds many records of one topic to a kafka-python producer's open transaction at once:
+    each record checked as ``KafkaProducer.send`` checks it (the same errors, raised at the same
+    record, the records before it added), the transaction manager told of each partition once,
+    the accumulator's lock of a partition taken once a batch, the records written into the
+    current batch's builder as its own ``append`` writes them (with the varints of small
+    numbers looked up), a new batch made by kafka-python's own ``RecordAccumulator.append``
+    when one is full (its sender then woken, as ``send`` wakes it), and each batch's delivery
+    failures reported per record (:class:`_Delivery`). The records of one call get one
+    timestamp (``send`` takes the clock at every record, a few microseconds apart).
+
+    It reads and writes kafka-python's internals (3.0.x): :meth:`unusable` checks them once,
+    including a batch built both ways byte for byte, and :class:`KafkaIO` falls back to one
+    ``send`` a record when they are not as expected."""
+
+    def __init__(self, producer: KafkaProducer, on_error: Callable[[BaseException], None]):
+        self.producer = producer
+        self.accumulator = producer._accumulator
+        self.manager = producer._transaction_manager
+        self.sender = producer._sender
+        self.metadata = producer._metadata
+        self.partitioner = producer.config["partitioner"]
+        self.max_request_size = producer.config["max_request_size"]
+        self.on_error = on_error
+
+    @classmethod
+    def unusable(cls, producer: KafkaProducer) -> str | None:
+        """Why ``producer`` cannot take this path (None: it can)."""
+        try:
+            config, accumulator = producer.config, producer._accumulator
+            if config["key_serializer"] is not None or config["value_serializer"] is not None:
+                return "a serializer is configured"
+            if not isinstance(config["partitioner"], DefaultPartitioner):
+                return f"partitioner {type(config['partitioner']).__name__}"
+            if accumulator.config["message_version"] != 2:
+                return f"record format v{accumulator.config['message_version']}"
+            manager = producer._transaction_manager
+            needed = [
+                (producer, "_closed"), (producer, "_metadata"), (producer._sender, "wakeup"),
+                (producer._metadata, "partitions_for_topic"), (accumulator, "_batches"),
+                (accumulator, "_tp_lock"), (accumulator, "_closed"), (accumulator, "append"),
+                (accumulator._appends_in_progress, "increment"),
+                (accumulator._appends_in_progress, "decrement"),
+            ]
+            if manager is not None:
+                needed += [(manager, "maybe_add_partition_to_transaction"),
+                           (manager, "is_transactional")]
+            for owner, name in needed:
+                if not hasattr(owner, name):
+                    return f"{type(owner).__name__} has no {name}"
+            split = getattr(type(accumulator), "split_and_reenqueue", None)
+            if split is not None and not {"rebind", "_record_futures"} <= set(
+                    split.__code__.co_names):
+                return "split_and_reenqueue does not rebind each record's future"
+            return cls._builds_what_kafka_python_builds(accumulator.config["compression_attrs"])
+        except (AttributeError, KeyError, TypeError) as error:
+            return f"{type(error).__name__}: {error}"
+
+    @classmethod
+    def _builds_what_kafka_python_builds(cls, compression: int) -> str | None:
+        """A batch filled by :meth:`_fill` against one filled by kafka-python's
+        ``ProducerBatch.try_append``: None if they are the same, byte for byte."""
+        records = [(b"k", b"v" * 200, []), (None, b"value", []), (b"tombstone", None, []),
+                   (b"", b"", [("h", b"1"), ("\u00e9", b"")]), (b"k" * 300, b"v", [])]
+        base, tp = 1_700_000_000_123, TopicPartition("t", 0)
+        theirs = ProducerBatch(tp, MemoryRecordsBuilder(2, compression, 1 << 16))
+        for i, (key, value, headers) in enumerate(records):
+            theirs.try_append(base + 7 * i, key, value, headers)
+        ours = ProducerBatch(tp, MemoryRecordsBuilder(2, compression, 1 << 16))
+        ours.try_append(base, *records[0])
+        tail = records[1:]
+        appended = sum(cls._fill(ours, [cls._body(*record)], 0, base + 7 * i, lambda e: None)
+                       for i, record in enumerate(tail, start=1))
+        if appended != len(tail):
+            return f"{appended} of {len(tail)} records appended in the self-test"
+        if ours.records.next_offset() != theirs.records.next_offset():
+            return "the offsets differ in the self-test"
+        if (ours.max_record_size, len(ours._record_futures)) != (
+                theirs.max_record_size, len(theirs._record_futures)):
+            return "the batch's sizes or futures differ in the self-test"
+        ours.records.close()
+        theirs.records.close()
+        if bytes(ours.records.buffer()) != bytes(theirs.records.buffer()):
+            return "the batches differ byte for byte in the self-test"
+        return None
+
+    @staticmethod
+    def _body(key, value, headers=None) -> bytes:
+        """A record's key, value and headers as a batch holds them (after its attributes,
+        timestamp and offset), with ``KafkaProducer.send``'s checks of their types."""
+        if key is None:
+            if value is None:
+                raise ValueError("Need at least one: key or value")
+            key_length, key = _NULL, b""
+        elif type(key) in _BYTE_LIKE:
+            key_length = _varint(len(key))
+        else:
+            raise TypeError(f"Unsupported type for serialized key: {type(key)}")
+        if value is None:
+            value_length, value = _NULL, b""
+        elif type(value) in _BYTE_LIKE:
+            value_length = _varint(len(value))
+        else:
+            raise TypeError(f"Unsupported type for serialized value: {type(value)}")
+        if headers is None:
+            return b"".join((key_length, key, value_length, value, _NO_HEADERS))
+        if not isinstance(headers, list):
+            raise TypeError("headers must be list-type")
+        if not headers:
+            return b"".join((key_length, key, value_length, value, _NO_HEADERS))
+        parts = [key_length, key, value_length, value, _varint(len(headers))]
+        for item in headers:
+            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+                    and isinstance(item[1], bytes)):
+                raise TypeError("All headers items must be (str, bytes) tuples")
+            name = item[0].encode("utf-8")
+            parts += (_varint(len(name)), name, _varint(len(item[1])), item[1])
+        return b"".join(parts)
+
+    @staticmethod
+    def _fill(batch, bodies: list[bytes], start: int, timestamp: int,
+              on_error: Callable[[BaseException], None]) -> int:
+        """Append ``bodies[start:]`` to ``batch`` (open, not empty; the caller holds its
+        partition's lock) while they fit, as ``DefaultRecordBatchBuilder.append`` writes them;
+        returns how many it appended."""
+        records = batch.records
+        builder = records._builder
+        buffer, limit = builder._buffer, builder._batch_size
+        offset = first = records._next_offset
+        head = b"\x00" + _varint(timestamp - builder._first_timestamp)  # attributes, delta
+        size, largest, varints, small = len(buffer), 0, _VARINTS, _SMALL_VARINTS
+        for i in range(start, len(bodies)):
+            body = bodies[i]
+            offset_part = varints[offset] if offset < small else _varint_bytes(offset)
+            length = len(head) + len(offset_part) + len(body)
+            if length < small:  # one bytes object, one append (faster than four)
+                record = b"".join((varints[length], head, offset_part, body))
+                if size + len(record) > limit:
+                    break
+                buffer += record
+                length = len(record)
+            else:  # a large body is copied once, into the batch
+                length_part = _varint_bytes(length)
+                length += len(length_part)
+                if size + length > limit:
+                    break
+                buffer += length_part
+                buffer += head
+                buffer += offset_part
+                buffer += body
+            size += length
+            if length > largest:
+                largest = length
+            offset += 1
+        count = offset - first
+        if count:
+            records._next_offset = offset
+            builder._num_records += count
+            builder._last_offset = offset - 1
+            if builder._max_timestamp < timestamp:
+                builder._max_timestamp = timestamp
+            if largest > batch.max_record_size:
+                batch.max_record_size = largest
+            batch.last_append = time.monotonic()
+            batch._record_futures.extend(
+                [_Delivery(on_error, batch.produce_future, first, count)] * count)
+        return count
+
+    def send(self, topic: str, records: list[tuple], partition: int | None,
+             send_one: Callable[..., None]) -> None:
+        """Add ``records`` (``(key, value)`` or ``(key, value, headers)``) to ``topic``, in
+        order; ``send_one(topic, key, value, headers, partition)`` sends one the way
+        ``KafkaProducer.send`` does, for what this path leaves to it."""
+        if self.producer._closed:
+            raise IllegalStateError("KafkaProducer already closed!")
+        partitions = self.metadata.partitions_for_topic(topic)
+        if partitions is None or (partition is None and len(partitions) > 1
+                                  and any(record[0] is None for record in records)):
+            # The topic's metadata is not known yet (send waits for it, and fails its records
+            # when the broker refuses), or keyless records go to the sticky partitioner.
+            for record in records:
+                send_one(topic, *record, partition=partition)
+            return
+        if partition is not None:
+            if partition < 0:
+                raise ValueError("partition must be >= 0")
+            if partition not in partitions:
+                raise ValueError(f"Unrecognized partition {partition} for topic {topic}")
+        elif len(partitions) == 1:
+            (partition,) = partitions
+        # Every record is checked, in order, before any is added: the records before one that
+        # send would refuse are added, in their partitions, and it raises.
+        bodies, refused = self._bodies(records)
+        records = records[:len(bodies)]
+        if partition is not None:
+            self._append(TopicPartition(topic, partition), records, bodies)
+        else:
+            by_partition: dict[int, tuple[list, list]] = {}
+            choose, metadata = self.partitioner.partition, self.metadata
+            for record, body in zip(records, bodies, strict=True):
+                chosen = choose(topic, record[0], record[0], record[1], record[1], metadata)
+                members = by_partition.get(chosen)
+                if members is None:
+                    members = by_partition[chosen] = ([], [])
+                members[0].append(record)
+                members[1].append(body)
+            for chosen, (members, their_bodies) in by_partition.items():
+                self._append(TopicPartition(topic, chosen), members, their_bodies)
+        if refused is not None:
+            raise refused
+
+    def _bodies(self, records: list[tuple]) -> tuple[list[bytes], BaseException | None]:
+        """Each record's body, up to the first that ``KafkaProducer.send`` would refuse, and
+        the error it would raise for it (None: none)."""
+        bodies: list[bytes] = []
+        body_of, most = self._body, self.max_request_size - _RECORD_ESTIMATE_OVERHEAD
+        for record in records:
+            try:
+                body = body_of(*record)
+            except (TypeError, ValueError) as error:
+                return bodies, error
+            if len(body) > most:
+                return bodies, MessageSizeTooLargeError(
+                    f"The message is {len(body) + _RECORD_ESTIMATE_OVERHEAD} bytes when "
+                    "serialized which is larger than the maximum request size you have "
+                    "configured with the max_request_size configuration")
+            bodies.append(body)
+        return bodies, None
+
+    def _append(self, tp: TopicPartition, records: list[tuple], bodies: list[bytes]) -> None:
+        if not bodies:
+            return
+        manager = self.manager
+        if manager is not None and manager.is_transactional():
+            manager.maybe_add_partition_to_transaction(tp)
+        self._add(tp, records, bodies)
+
+    def _add(self, tp: TopicPartition, records: list[tuple], bodies: list[bytes]) -> None:
+        accumulator, on_error, fill = self.accumulator, self.on_error, self._fill
+        timestamp = int(time.time() * 1000)
+        lock = accumulator._tp_lock(tp)
+        done, count, wake = 0, len(bodies), False
+        accumulator._appends_in_progress.increment()
+        try:
+            while done < count:
+                with lock:
+                    if accumulator._closed:
+                        raise IllegalStateError("RecordAccumulator is closed")
+                    batches = accumulator._batches[tp]
+                    batch = batches[-1] if batches else None
+                    if (batch is not None and not batch.records._closed
+                            and batch.records._builder._first_timestamp is not None):
+                        done += fill(batch, bodies, done, timestamp, on_error)
+                        wake = len(batches) > 1 or batch.records.is_full()
+                if done < count:
+                    # No open batch, or it is full: kafka-python's own path makes the next
+                    # one, with this record in it.
+                    key, value, *headers = records[done]
+                    result = accumulator.append(tp, timestamp, key, value,
+                                                (headers[0] if headers else None) or [])
+                    result[0].add_errback(on_error)
+                    done += 1
+                    if result[1] or result[2]:
+                        self.sender.wakeup()
+                        wake = False
+        finally:
+            accumulator._appends_in_progress.decrement()
+        if wake:
+            self.sender.wakeup()
+
+
+# A record's size as KafkaProducer.send estimates it, less its key, value and headers.
+_RECORD_ESTIMATE_OVERHEAD = (DefaultRecordBatchBuilder.HEADER_STRUCT.size
+                             + DefaultRecordBatchBuilder.MAX_RECORD_OVERHEAD)
+
+
 class _Listener(ConsumerRebalanceListener):
     def __init__(self, io: KafkaIO):
         self.io = io
@@ -376,6 +728,14 @@ class KafkaIO:
                 self.producer.init_transactions()
         except ProducerFencedError as error:
             raise FencedError(f"transactional id {transactional_id!r}: {error}") from None
+        #: Why :meth:`send_many` sends one record at a time (None: it adds them a batch at
+        #: a time, see _BulkAppend).
+        self.send_many_fallback = _BulkAppend.unusable(self.producer)
+        self._bulk = (None if self.send_many_fallback is not None
+                      else _BulkAppend(self.producer, self._on_error))
+        log.debug("send_many: %s", "records added to kafka-python's batches a batch at a time"
+                  if self._bulk is not None else
+                  f"one KafkaProducer.send a record ({self.send_many_fallback})")
         self.reader = KafkaConsumer(
             **client_config(settings),
             client_id=f"{settings.client_id}-changelog",
@@ -536,6 +896,29 @@ class KafkaIO:
             self._raise_if_fenced(error)
             raise
         future.add_errback(self._on_error)
+
+    def send_many(self, topic: str, records: list[tuple], partition: int | None = None) -> None:
+        """Add ``records``, each ``(key, value)`` or ``(key, value, headers)``, to the open
+        transaction (opened if need be), in order: what :meth:`send` of each in turn does
+        (the same partitions, the same errors raised at the same record, a failed delivery
+        reported at the commit), at a fraction of its cost (``_BulkAppend``)."""
+        if not records:
+            return
+        bulk = self._bulk
+        if bulk is None:
+            for record in records:
+                self.send(topic, *record, partition=partition)
+            return
+        try:
+            self.begin()
+            bulk.send(topic, records, partition, self._send_one)
+        except KafkaError as error:
+            self._raise_if_fenced(error)
+            raise
+
+    def _send_one(self, topic, key, value, headers=None, partition=None) -> None:
+        self.producer.send(topic, value=value, key=key, headers=headers,
+                           partition=partition).add_errback(self._on_error)
 
     def _on_error(self, error: BaseException) -> None:
         with self._errors_lock:

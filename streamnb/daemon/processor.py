@@ -5,8 +5,9 @@ records: every message is predicted by the global model **before** anything is l
 an unlabelled message's prediction goes to the output topic, a labelled one's to the accuracy
 metrics, and then its slice (and the global model) learn it. Feedback goes through the
 partition's feedback store, which makes it idempotent. Anything unusable is dead-lettered with
-its original bytes and a reason. Outputs go into the open transaction (``io.send``); the commit
-(:mod:`streamnb.daemon.commit`) makes them visible together with the state they changed.
+its original bytes and a reason. Outputs go into the open transaction (``io.send``; a run's
+predictions with one ``io.send_many``); the commit (:mod:`streamnb.daemon.commit`) makes them
+visible together with the state they changed.
 """
 
 from __future__ import annotations
@@ -242,6 +243,7 @@ class RecordProcessor:
                     key, [run.ids[i] for i in members], [run.x_jsons[i] for i in members],
                     [run.labels[i] for i in members])
         label_of, emit, perf_counter = self._label_of, self._emit, time.perf_counter
+        outputs: list[tuple[bytes, bytes]] = []  # the run's predictions, sent at once
         observations: list[tuple[str, str | None, dict]] = []
         unlabelled = 0
         part_key = part = None
@@ -250,7 +252,7 @@ class RecordProcessor:
                 strict=True):
             if label is None:
                 unlabelled += 1
-                emit(msg_id, label_of(proba), proba, record, started, updates)
+                emit(msg_id, label_of(proba), proba, record, started, updates, outputs=outputs)
             else:
                 observations.append((label, label_of(proba), proba))
                 updates += 1
@@ -260,6 +262,8 @@ class RecordProcessor:
                     part.model.learn_one(x, label)
                 latencies.append(perf_counter() - started)
             offsets[key] = record.offset + 1
+        if outputs:
+            self.io.send_many(self.settings.kafka.output_topic, outputs)
         tally = self._tally
         if unlabelled:
             tally["consumed", "unlabelled"] += unlabelled
@@ -427,9 +431,13 @@ class RecordProcessor:
         return room
 
     def _emit(self, msg_id: str, predicted, proba: dict, record, started: float,
-              model_updates: int | None = None, x: Any = None) -> None:
+              model_updates: int | None = None, x: Any = None,
+              outputs: list | None = None) -> None:
         """``x``: the model input, to explain the prediction with (``output.explain``); the
-        live model must still be the one that predicted it."""
+        live model must still be the one that predicted it. With ``outputs`` the prediction's
+        record joins that list (a run's, handed to the producer with one ``send_many``)
+        instead of being sent; a prediction too large for the output topic is dead-lettered
+        at once either way."""
         prediction = {
             "id": msg_id,
             "label": predicted,
@@ -459,7 +467,10 @@ class RecordProcessor:
             self._dead_letter(record, "output_too_large", f"the prediction takes {len(value)} "
                               f"bytes, the output topic accepts {max(room, 0)} with its key")
             return
-        self.io.send(self.settings.kafka.output_topic, key, value)
+        if outputs is None:
+            self.io.send(self.settings.kafka.output_topic, key, value)
+        else:
+            outputs.append((key, value))
         self._tally["prediction_emitted", None] += 1
         self._latencies.append(latency)
         if record.timestamp_ms and record.timestamp_ms > 0:

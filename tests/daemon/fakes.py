@@ -349,6 +349,10 @@ class FakeIO:
         assert size <= self.max_record_bytes, f"a {size}-byte record would poison the producer"
         self.outbox.append((topic, key, value, tuple(headers or ()), partition))
 
+    def send_many(self, topic, records, partition=None):
+        for record in records:
+            self.send(topic, *record, partition=partition)
+
     def commit(self, offsets):
         from streamnb.daemon.errors import FencedError
 
