@@ -431,7 +431,11 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
     from streamnb.codec import decode, encode
     from streamnb.daemon.changelog import changed_records, no_cyclic_gc
     from streamnb.daemon.feedback import FeedbackStore
-    from streamnb.daemon.kafka_io import producer_config, transactional_producer_config
+    from streamnb.daemon.kafka_io import (
+        _BulkAppend,
+        producer_config,
+        transactional_producer_config,
+    )
     from streamnb.pipeline import build_pipeline
 
     settings = load_settings(text=settings_text(bootstrap, topic, Path("/nonexistent"), "floor"),
@@ -475,9 +479,23 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
                                 [encode(x) for x, _ in chunk], [y for _, y in chunk])
 
     def produce_outputs(records):
+        """The predictions handed over as the daemon hands them: a poll's at a time with
+        ``send_many``'s path (one ``send`` each where kafka-python's internals do not allow
+        it)."""
         producer = KafkaProducer(**producer_config(settings.kafka))
-        for i, value in enumerate(records):
-            producer.send(f"{topic}-floor", key=b"%d" % i, value=value)
+        items = [(b"%d" % i, value) for i, value in enumerate(records)]
+
+        def send_one(topic_, key, value, headers=None, partition=None):
+            producer.send(topic_, value=value, key=key, headers=headers, partition=partition)
+
+        bulk = None if _BulkAppend.unusable(producer) else _BulkAppend(producer, print)
+        per_poll = max(1, round(len(records) * settings.kafka.max_poll_records / n))
+        for start in range(0, len(items), per_poll):
+            if bulk is None:
+                for key, value in items[start:start + per_poll]:
+                    send_one(f"{topic}-floor", key, value)
+            else:
+                bulk.send(f"{topic}-floor", items[start:start + per_poll], None, send_one)
         producer.flush()
         producer.close()
 
@@ -498,6 +516,11 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
         producer = KafkaProducer(**transactional_producer_config(
             settings.kafka, f"floor-{uuid.uuid4().hex[:8]}"))
         producer.init_transactions()
+        bulk = None if _BulkAppend.unusable(producer) else _BulkAppend(producer, print)
+
+        def send_one(topic_, key, value, headers=None, partition=None):
+            producer.send(topic_, value=value, key=key, headers=headers, partition=partition)
+
         changelog = f"{topic}-floor-changelog"
         cpu = 0.0
         try:
@@ -513,10 +536,13 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
                         # one partition, as in the throughput rounds: the slice is the
                         # global model, with no sum of slices to follow
                         model.expire(max_tokens, keep, old_values=False)
-                    records = changed_records(model, store)
+                    records = list(changed_records(model, store))
                     producer.begin_transaction()
-                    for key, value in records:
-                        producer.send(changelog, key=key, value=value, partition=0)
+                    if bulk is None:
+                        for key, value in records:
+                            producer.send(changelog, key=key, value=value, partition=0)
+                    else:  # as the daemon's commit hands them over (KafkaIO.send_many)
+                        bulk.send(changelog, records, 0, send_one)
                 producer.commit_transaction()
                 cpu += time.process_time() - started
                 model.mark_changes()
@@ -534,7 +560,7 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
         "decode JSON + featurize": _cpu_per_record(decode_and_featurize, values, rounds),
         "model step (predict, learn the labelled)": _cpu_per_record(model_step, pairs, rounds),
         "feedback store (a poll at a time)": _cpu_per_record(remember, pairs, rounds),
-        f"kafka-python producer ({len(outputs)} predictions)":
+        f"kafka-python producer ({len(outputs)} predictions, a poll's at once)":
             _cpu_per_record(produce_outputs, outputs, rounds) * len(outputs) / n,
         f"changelog: make and produce (commits of {per_commit})": statistics.median(
             changelog_commits(pairs) for _ in range(rounds)) / n * 1e6,

@@ -14,10 +14,11 @@ and only those, the way an exactly-once daemon must, in one process:
    store's encoding of the input);
 3. score and learn the poll with one batch step (``prequential_many``);
 4. remember the poll's messages in the feedback store (``remember_many``);
-5. send a prediction for each unlabelled message (the daemon's fields, encoded as it does);
+5. send a prediction for each unlabelled message (the daemon's fields, encoded as it does),
+   the poll's with one ``send_many``;
 6. every ``checkpoint.every_seconds``, and at the end: the changelog's records of what
-   changed (with the token budget's expiry), sent with the input offsets in one transaction
-   (``KafkaIO.commit``).
+   changed (with the token budget's expiry, with one ``send_many``), sent with the input
+   offsets in one transaction (``KafkaIO.commit``).
 
 With ``free_prepare`` step 2 costs nothing: every record's result is computed before the
 clock starts (the topic read once with a plain consumer) and looked up by offset, the best a
@@ -90,8 +91,7 @@ def skeleton_loop(bootstrap: str, topic: str, n: int, after_build=None, probe=No
                 if max_tokens:
                     model.expire(max_tokens, keep, old_values=False)
                 io.begin()
-                for key, value in changed_records(model, store):
-                    io.send(changelog, key, value, partition=0)
+                io.send_many(changelog, list(changed_records(model, store)), partition=0)
                 io.commit(offsets)
             model.mark_changes()
             store.mark_changes()
@@ -123,17 +123,19 @@ def skeleton_loop(bootstrap: str, topic: str, n: int, after_build=None, probe=No
                 probas = model.prequential_many(xs, labels)
                 store.remember_many(f"{topic}:0", ids, x_jsons, labels)
                 updates = model.n_updates
+                predictions = []
                 for record, msg_id, label, proba in zip(kept, ids, labels, probas,
                                                         strict=True):
                     if label is None:
                         predicted = max(proba, key=proba.get)
-                        io.send(kafka.output_topic, msg_id.encode(), encode({
+                        predictions.append((msg_id.encode(), encode({
                             "id": msg_id, "label": predicted, "probabilities": proba,
                             "score": proba[predicted], "model_updates": updates,
                             "model": "global", "model_partitions": 1,
                             "topic": record.topic, "partition": record.partition,
                             "offset": record.offset, "latency_seconds": 0.0,
-                        }))
+                        })))
+                io.send_many(kafka.output_topic, predictions)
                 last = records[-1]
                 offsets[(last.topic, last.partition)] = last.offset + 1
                 done += len(records)
