@@ -221,7 +221,27 @@ def changelog_records(bootstrap: str, prefix: str) -> dict[int, list]:
     from streamnb.daemon.kafka_io import read_to_end
 
     topic = changelog_topic(f"{prefix}-group", f"{prefix}-in")
+    wait_for(lambda: _no_transaction_unresolved(bootstrap, topic), 30,
+             f"every transaction on {topic} resolved", every=0.2)
     return read_to_end(KafkaSettings(bootstrap_servers=bootstrap), topic, timeout=30)
+
+
+def _no_transaction_unresolved(bootstrap: str, topic: str) -> bool:
+    """Whether every partition's ``read_committed`` end is its high watermark. A commit's
+    offsets can be readable before its marker reaches the changelog partitions (the
+    coordinator writes the markers one partition at a time), and until then a
+    ``read_committed`` reader ends before that commit's records."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                             isolation_level="read_committed")
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        stable = consumer.end_offsets(parts)
+    finally:
+        consumer.close(autocommit=False)
+    highwaters = end_offsets(bootstrap, topic)
+    return all(stable[tp] == highwaters[(tp.topic, tp.partition)] for tp in parts)
 
 
 def changelog_model(bootstrap: str, prefix: str, kind: str = "multinomial"):
