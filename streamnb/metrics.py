@@ -32,6 +32,7 @@ saturated Naive Bayes probabilities tie often).
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import itertools
@@ -88,23 +89,34 @@ CHECKPOINT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 _LOGIT_BIN_WIDTH = 0.01
 _LOGIT_CLIP = 40.0
 _FOLD_EVERY = 4096  # queued labelled observations folded into the counts at once
+_ARRAYS_FROM = 64  # amounts a Prometheus histogram's batch update counts over an array
 _REASON_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
 def _observe_many(histogram: Histogram, amounts: Iterable[float]) -> None:
     """``histogram.observe(a)`` for each amount, with one increment per touched bucket: the
     per-observation call (a lock and a bucket scan each) costs more than processing an SMS.
-    The bucket is the first upper bound >= the amount, as ``bisect_left`` picks it (and a NaN
-    the first); the sum is the amounts' left-to-right sum (``np.cumsum`` adds in order, unlike
-    ``np.sum``), added to the histogram's in one increment."""
-    values = np.fromiter(amounts, float)
-    if not len(values):
+    The bucket is the first upper bound >= the amount, as ``bisect_left`` picks it (a NaN's is
+    the first); the sum is the amounts' sum from left to right, added in one increment.
+    ``_ARRAYS_FROM`` amounts or more are counted over an array (``np.cumsum`` adds in order,
+    unlike ``np.sum``), fewer in a loop (an array's calls cost more than a short loop)."""
+    amounts = amounts if isinstance(amounts, list) else list(amounts)
+    if not amounts:
         return
     bounds = histogram._upper_bounds
-    buckets = np.searchsorted(np.asarray(bounds), values, side="left")
-    buckets[np.isnan(values)] = 0  # bisect_left's place for a NaN (searchsorted's is the end)
-    counts = np.bincount(buckets, minlength=len(bounds)).tolist()
-    histogram._sum.inc(float(np.cumsum(values)[-1]))
+    if len(amounts) < _ARRAYS_FROM:
+        counts = [0] * len(bounds)
+        total = 0.0
+        for amount in amounts:
+            total += amount
+            counts[bisect.bisect_left(bounds, amount)] += 1
+    else:
+        values = np.array(amounts, dtype=float)
+        buckets = np.searchsorted(bounds, values, side="left")
+        buckets[np.isnan(values)] = 0  # bisect_left's place for a NaN (searchsorted's: the end)
+        counts = np.bincount(buckets, minlength=len(bounds)).tolist()
+        total = float(np.cumsum(values)[-1])
+    histogram._sum.inc(total)
     for bucket, n in zip(histogram._buckets, counts, strict=True):
         if n:
             bucket.inc(n)
