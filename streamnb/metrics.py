@@ -89,33 +89,24 @@ CHECKPOINT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 _LOGIT_BIN_WIDTH = 0.01
 _LOGIT_CLIP = 40.0
 _FOLD_EVERY = 4096  # queued labelled observations folded into the counts at once
-_ARRAYS_FROM = 64  # amounts a Prometheus histogram's batch update counts over an array
 _REASON_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
 def _observe_many(histogram: Histogram, amounts: Iterable[float]) -> None:
     """``histogram.observe(a)`` for each amount, with one increment per touched bucket: the
     per-observation call (a lock and a bucket scan each) costs more than processing an SMS.
-    The bucket is the first upper bound >= the amount, as ``bisect_left`` picks it (a NaN's is
-    the first); the sum is the amounts' sum from left to right, added in one increment.
-    ``_ARRAYS_FROM`` amounts or more are counted over an array (``np.cumsum`` adds in order,
-    unlike ``np.sum``), fewer in a loop (an array's calls cost more than a short loop)."""
-    amounts = amounts if isinstance(amounts, list) else list(amounts)
-    if not amounts:
-        return
+    The bucket is the first upper bound >= the amount, as ``observe`` picks it. (Counting
+    over numpy arrays was faster in a tight loop, but slower in the daemon's: numpy's calls,
+    a few microseconds each when their code is in the CPU's caches, cost several times that
+    between the loop's other work, more than this loop over a poll's amounts.)"""
     bounds = histogram._upper_bounds
-    if len(amounts) < _ARRAYS_FROM:
-        counts = [0] * len(bounds)
-        total = 0.0
-        for amount in amounts:
-            total += amount
-            counts[bisect.bisect_left(bounds, amount)] += 1
-    else:
-        values = np.array(amounts, dtype=float)
-        buckets = np.searchsorted(bounds, values, side="left")
-        buckets[np.isnan(values)] = 0  # bisect_left's place for a NaN (searchsorted's: the end)
-        counts = np.bincount(buckets, minlength=len(bounds)).tolist()
-        total = float(np.cumsum(values)[-1])
+    counts = [0] * len(bounds)
+    total = 0.0
+    for amount in amounts:
+        total += amount
+        counts[bisect.bisect_left(bounds, amount)] += 1
+    if not any(counts):
+        return
     histogram._sum.inc(total)
     for bucket, n in zip(histogram._buckets, counts, strict=True):
         if n:
@@ -135,29 +126,30 @@ def _logit_bin(p: float) -> int:
 
 _LOW_BIN, _HIGH_BIN = _logit_bin(0.0), _logit_bin(1.0)
 _N_BINS = _HIGH_BIN - _LOW_BIN + 1
-# How far (in bins) a logit computed with numpy's log may be from the edge of a bin, or from
-# the clip, before math.log's could be on the other side. numpy's vectorized logarithms may
-# differ from the C library's by a few units in the last place (about 1e-14 for a logit of
-# up to 40, 1e-12 in bins): far below this margin, which a score meets with a chance of about
-# one in a million.
+# How far (in bins) a logit computed with numpy's log may be from the edge between two bins
+# before math.log's could be on the other side. numpy's vectorized logarithms may differ from
+# the C library's by a few units in the last place (about 1e-14 for a logit of up to 40, 1e-12
+# in bins): far below this margin, which a score meets with a chance of about one in a million.
 _EDGE_MARGIN = 1e-6
 
 
 def _logit_bins(p: np.ndarray) -> np.ndarray:
     """:func:`_logit_bin` of each probability, as int64, the same to the last bin: the logits
-    are computed with numpy, and a score within ``_EDGE_MARGIN`` of a bin's edge or of the
-    clip is binned by :func:`_logit_bin` itself (a NaN goes to the high end, as there)."""
+    are computed with numpy, and a score within ``_EDGE_MARGIN`` of the edge between two bins
+    is binned by :func:`_logit_bin` itself. Rounding to the nearest bin, then clipping to the
+    end bins, is the clip of :func:`_logit_bin` (a logit beyond it lands in an end bin either
+    way), with 0 and 1 at the ends (their logits are infinite); a NaN logit (a probability
+    above 1, below 0, or NaN) goes to the end :func:`_logit_bin` puts it in."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.log(p) - np.log1p(-p)
-        scaled = z / _LOGIT_BIN_WIDTH
+        scaled = (np.log(p) - np.log1p(-p)) / _LOGIT_BIN_WIDTH
         nearest = np.rint(scaled)  # round half to even, as round()
-    bins = np.where(z < -_LOGIT_CLIP, _LOW_BIN, np.where(z <= _LOGIT_CLIP, nearest, _HIGH_BIN))
-    bins = np.where(p <= 0.0, _LOW_BIN, np.where(p >= 1.0, _HIGH_BIN, bins)).astype(np.int64)
-    with np.errstate(invalid="ignore"):
-        near_an_edge = (np.abs(np.abs(scaled - nearest) - 0.5) < _EDGE_MARGIN) | (
-            np.abs(np.abs(scaled) - _LOGIT_CLIP / _LOGIT_BIN_WIDTH) < _EDGE_MARGIN)
-    near_an_edge &= (p > 0.0) & (p < 1.0)
-    for i in np.flatnonzero(near_an_edge).tolist():
+        near_an_edge = np.flatnonzero(np.abs(np.abs(scaled - nearest) - 0.5) < _EDGE_MARGIN)
+    bins = np.clip(nearest, _LOW_BIN, _HIGH_BIN)
+    nan = np.isnan(bins)
+    if nan.any():
+        bins[nan] = np.where(p[nan] < 0.0, _LOW_BIN, _HIGH_BIN)
+    bins = bins.astype(np.int64)
+    for i in near_an_edge.tolist():
         bins[i] = _logit_bin(float(p[i]))
     return bins
 
