@@ -864,7 +864,7 @@ class Metrics:
             # The window is rebuilt from its items when next read (a scrape, or a fold
             # small enough to roll it an item at a time): a rebuild replaces all of it, so
             # only the last one before a read counts, and the items are the same then.
-            self._recent_items.extend(batch)  # the deque keeps the last `window` of them
+            self._recent_items.extend(batch[-self.window:])  # the deque keeps the last `window`
             self._recent_stale = True
         else:
             recent = self._fresh_recent()

@@ -220,9 +220,11 @@ observation_ = st.tuples(
 odd_observation_ = st.tuples(
     st.sampled_from(CLASSES), st.sampled_from(CLASSES + [None]),
     st.dictionaries(st.sampled_from(CLASSES), odd_score_, max_size=3))
-# A step: a run of observations handed over at once, or a scrape (which folds), or a state.
-step_ = st.one_of(st.lists(st.one_of(observation_, odd_observation_), max_size=30),
-                  st.sampled_from(["scrape", "state"]))
+# A step: a run of observations handed over at once (most of them of the usual kind), one
+# observation (``observe_labelled``), a scrape (which folds) or a state.
+step_ = st.one_of(st.lists(observation_, max_size=30),
+                  st.lists(st.one_of(observation_, odd_observation_), max_size=30),
+                  odd_observation_, st.sampled_from(["scrape", "state"]))
 
 
 @settings(max_examples=300, deadline=None)
@@ -231,8 +233,9 @@ step_ = st.one_of(st.lists(st.one_of(observation_, odd_observation_), max_size=3
 def test_the_fold_over_arrays_leaves_what_one_observation_at_a_time_leaves(
         steps, window, fold_every, max_classes):
     """Whatever the observations (classes appearing late, scores on a bin's edge, at the
-    clip, beyond the ends, invalid ones, more classes than ``max_classes``) and wherever the
-    folds fall (every ``_FOLD_EVERY``, at a scrape, at a state), the counts, the histograms,
+    clip, beyond the ends, invalid ones, more classes than ``max_classes``), however they are
+    handed over (runs read when queued, single observations, both in one fold) and wherever
+    the folds fall (every ``_FOLD_EVERY``, at a scrape, at a state), the counts, the histograms,
     the log loss's running mean (to the last bit), the recent window and what /metrics
     serves are those of the fold one observation at a time."""
     import streamnb.metrics as metrics_module
@@ -247,6 +250,9 @@ def test_the_fold_over_arrays_leaves_what_one_observation_at_a_time_leaves(
                 assert scrape(arrays) == scrape(reference)
             elif step == "state":
                 assert internals(arrays) == internals(reference)
+            elif isinstance(step, tuple):
+                for m in (arrays, reference):
+                    m.observe_labelled(*step)
             else:
                 for m in (arrays, reference):
                     m.observe_labelled_many([(y, p, dict(s)) for y, p, s in step])
