@@ -2,6 +2,7 @@
 
     python -m bench.metrics_floor
     python -m bench.metrics_floor --rounds 7 --baseline ../main [--sms-copies 5]
+    python -m bench.metrics_floor --rounds 7 --baseline ../main --in-loop 127.0.0.1:<port>
 
 The SMS stream is featurized as the daemon does and scored by the daemon's model
 (MultinomialNB with the tuned mail options) in polls of 500 with the batch step
@@ -17,7 +18,16 @@ observations. Then, in a fresh ``Metrics`` each time, CPU per labelled observati
 * a scrape (``generate_latest`` of the metrics' registry) after it all, in milliseconds.
 
 Each figure is the median of five passes in the process, after the daemon's start-up freeze
-of the heap and its collector threshold (``freeze_start_up_heap``). With ``--baseline``
+of the heap and its collector threshold (``freeze_start_up_heap``).
+
+``--in-loop HOST:PORT`` measures the same calls inside the daemon's loop instead (the
+benchmark's ``daemon_loop`` over the SMS stream in a topic of that broker, one loop a
+round): the main thread's CPU (``thread_time``) in ``observe_labelled_many`` (its folds
+included), ``observe_latencies`` and ``observe_end_to_end_many``, per input record, and
+the loop's wall time per record. There the observations are no longer in the CPU's caches
+when they are folded, and numpy's calls run between the loop's other work.
+
+With ``--baseline``
 each round runs this script once in each checkout (a fresh process each, alternating, the
 other checkout's code and virtual environment); medians of the rounds. Every child also
 prints a digest of the state (``to_state``) and of what ``/metrics`` serves (less the
@@ -108,21 +118,83 @@ def child(args: argparse.Namespace) -> None:
           f"{hashlib.sha256(state).hexdigest()[:16]} {hashlib.sha256(served).hexdigest()[:16]}")
 
 
+def in_loop(args: argparse.Namespace) -> None:
+    """One round inside the daemon's loop, in the checkout ``args.root``: prints the metrics
+    calls' CPU per record and the loop's wall time per record."""
+    sys.path.insert(0, str(args.root))
+    sys.path.insert(1, str(HERE.parents[1]))
+    import bench.bench_daemon as bench_daemon
+    from streamnb.daemon.loop import freeze_start_up_heap
+    from streamnb.metrics import Metrics
+
+    spent = {"observe_labelled_many": 0.0, "observe_latencies": 0.0,
+             "observe_end_to_end_many": 0.0}
+
+    def timed(name: str) -> None:
+        call = getattr(Metrics, name)
+
+        def timed_call(*call_args, **kwargs):
+            started = time.thread_time()
+            try:
+                return call(*call_args, **kwargs)
+            finally:
+                spent[name] += time.thread_time() - started
+
+        setattr(Metrics, name, timed_call)
+
+    for name in spent:
+        timed(name)
+    topic, n = args.child_loop[0], int(args.child_loop[1])
+    wall = bench_daemon.daemon_loop(args.in_loop, topic, n, after_build=freeze_start_up_heap)
+    print(f"{spent['observe_labelled_many'] / n * 1e6:.4f} "
+          f"{(spent['observe_latencies'] + spent['observe_end_to_end_many']) / n * 1e6:.4f} "
+          f"{wall / n * 1e6:.2f} {n}")
+
+
+def main_in_loop(args: argparse.Namespace) -> None:
+    from bench.alternate import child_rounds
+    from bench.bench_daemon import create_topics, produce, sms_values
+
+    values = sms_values(copies=args.sms_copies)
+    topic = f"bench-metrics-{os.getpid()}-{int(time.time())}"
+    create_topics(args.in_loop, {topic: 1, f"{topic}-out": 1, f"{topic}-dlq": 1})
+    produce(args.in_loop, topic, ((k, v) for k, v, _ in values))
+    outputs = child_rounds(HERE, args.baseline, args.rounds,
+                           ["--in-loop", args.in_loop, "--child-loop", topic, str(len(values))])
+    load = os.getloadavg()[0]
+    print(f"metrics inside the daemon's loop over the SMS stream ({len(values)} records in "
+          f"{topic}), main thread's CPU per record, median of {args.rounds} rounds "
+          f"(load {load:.1f}):")
+    for name, rounds in outputs.items():
+        print(f"  {name}:")
+        for column, what in ((0, "observe_labelled_many (with its folds)"),
+                             (1, "the latency histograms"), (2, "the loop's wall time")):
+            figures = [float(r[column]) for r in rounds]
+            print(f"    {what:42s} {statistics.median(figures):7.3f} us"
+                  f"  [rounds: {', '.join(f'{f:.2f}' for f in figures)}]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sms-copies", type=int, default=1,
                         help="the SMS stream this many times over (one model learning it all)")
     parser.add_argument("--baseline", type=Path, help="another checkout, measured alternately")
+    parser.add_argument("--in-loop", metavar="HOST:PORT",
+                        help="time the calls inside the daemon's loop, with this broker")
     parser.add_argument("--root", type=Path, default=HERE.parents[1], help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child-loop", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args)
+        (in_loop if args.in_loop else child)(args)
         return
     # imported here, not at the top: the child runs with the other checkout's code first
     # on its path, which may have no bench.alternate
     sys.path.insert(0, str(HERE.parents[1]))
+    if args.in_loop:
+        main_in_loop(args)
+        return
     from bench.alternate import child_rounds
 
     outputs = child_rounds(HERE, args.baseline, args.rounds,
