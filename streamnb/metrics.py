@@ -43,6 +43,7 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -94,7 +95,10 @@ _REASON_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 def _observe_many(histogram: Histogram, amounts: Iterable[float]) -> None:
     """``histogram.observe(a)`` for each amount, with one increment per touched bucket: the
     per-observation call (a lock and a bucket scan each) costs more than processing an SMS.
-    The bucket is the first upper bound >= the amount, as ``observe`` picks it."""
+    The bucket is the first upper bound >= the amount, as ``observe`` picks it. (Counting
+    over numpy arrays was faster in a tight loop, but slower in the daemon's: numpy's calls,
+    a few microseconds each when their code is in the CPU's caches, cost several times that
+    between the loop's other work, more than this loop over a poll's amounts.)"""
     bounds = histogram._upper_bounds
     counts = [0] * len(bounds)
     total = 0.0
@@ -121,10 +125,42 @@ def _logit_bin(p: float) -> int:
 
 
 _LOW_BIN, _HIGH_BIN = _logit_bin(0.0), _logit_bin(1.0)
+_N_BINS = _HIGH_BIN - _LOW_BIN + 1
+# How far (in bins) a logit computed with numpy's log may be from the edge between two bins
+# before math.log's could be on the other side. numpy's vectorized logarithms may differ from
+# the C library's by a few units in the last place (about 1e-14 for a logit of up to 40, 1e-12
+# in bins): far below this margin, which a score meets with a chance of about one in a million.
+_EDGE_MARGIN = 1e-6
+
+
+def _logit_bins(p: np.ndarray) -> np.ndarray:
+    """:func:`_logit_bin` of each probability, as int64, the same to the last bin: the logits
+    are computed with numpy, and a score within ``_EDGE_MARGIN`` of the edge between two bins
+    is binned by :func:`_logit_bin` itself. Rounding to the nearest bin, then clipping to the
+    end bins, is the clip of :func:`_logit_bin` (a logit beyond it lands in an end bin either
+    way), with 0 and 1 at the ends (their logits are infinite); a NaN logit (a probability
+    above 1, below 0, or NaN) goes to the end :func:`_logit_bin` puts it in."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scaled = (np.log(p) - np.log1p(-p)) / _LOGIT_BIN_WIDTH
+        nearest = np.rint(scaled)  # round half to even, as round()
+        near_an_edge = np.flatnonzero(np.abs(np.abs(scaled - nearest) - 0.5) < _EDGE_MARGIN)
+    bins = np.clip(nearest, _LOW_BIN, _HIGH_BIN)
+    nan = np.isnan(bins)
+    if nan.any():
+        bins[nan] = np.where(p[nan] < 0.0, _LOW_BIN, _HIGH_BIN)
+    bins = bins.astype(np.int64)
+    for i in near_an_edge.tolist():
+        bins[i] = _logit_bin(float(p[i]))
+    return bins
 
 
 class _ScoreHistogram:
     """Counts of scores per logit bin for negatives and positives: an ROC AUC in bounded memory.
+
+    The counts are arrays over the bins :func:`_logit_bin` gives (a batch is added with one
+    ``bincount``); ``present`` marks the bins that have a row in the state (a bin gets one
+    when a score falls in it, or when a state names it), and bins beyond the ends, which only
+    a state written elsewhere can name, are kept in ``beyond``.
 
     >>> h = _ScoreHistogram()
     >>> for y, p in [(False, 0.1), (False, 0.4), (True, 0.35), (True, 0.8)]:
@@ -133,54 +169,72 @@ class _ScoreHistogram:
     0.75
     """
 
-    __slots__ = ("bins", "n_pos", "n_neg")
+    __slots__ = ("neg", "pos", "present", "beyond", "n_pos", "n_neg")
 
     def __init__(self) -> None:
-        self.bins: dict[int, list[int]] = {}  # bin -> [negatives, positives]
+        self.neg = np.zeros(_N_BINS, np.int64)  # index: bin - _LOW_BIN
+        self.pos = np.zeros(_N_BINS, np.int64)
+        self.present = np.zeros(_N_BINS, bool)
+        self.beyond: dict[int, list[int]] = {}  # bin -> [negatives, positives]
         self.n_pos = 0
         self.n_neg = 0
 
     def update(self, is_positive: bool, p: float, n: int = 1) -> None:
-        counts = self.bins.get(b := _logit_bin(p))
-        if counts is None:
-            counts = self.bins[b] = [0, 0]
+        self._add_row(_logit_bin(p), 0 if is_positive else n, n if is_positive else 0)
         if is_positive:
-            counts[1] += n
             self.n_pos += n
         else:
-            counts[0] += n
             self.n_neg += n
+
+    def _add_row(self, b: int, neg: int, pos: int) -> None:
+        if _LOW_BIN <= b <= _HIGH_BIN:
+            i = b - _LOW_BIN
+            self.neg[i] += neg
+            self.pos[i] += pos
+            self.present[i] = True
+        else:
+            counts = self.beyond.setdefault(b, [0, 0])
+            counts[0] += neg
+            counts[1] += pos
+
+    def _set_row(self, b: int, neg: int, pos: int) -> None:
+        if _LOW_BIN <= b <= _HIGH_BIN:
+            i = b - _LOW_BIN
+            self.neg[i], self.pos[i], self.present[i] = neg, pos, True
+        else:
+            self.beyond[b] = [neg, pos]
+
+    def add_binned(self, bins: np.ndarray, positive: np.ndarray) -> None:
+        """One :meth:`update` for each score whose :func:`_logit_bin` is in ``bins`` (and
+        ``positive`` says whether it is a positive's), all at once."""
+        at = bins - _LOW_BIN
+        scored = np.bincount(at, minlength=_N_BINS)
+        positives = np.bincount(at[positive], minlength=_N_BINS)
+        self.pos += positives
+        self.neg += scored - positives
+        self.present |= scored > 0
+        n_pos = int(np.count_nonzero(positive))
+        self.n_pos += n_pos
+        self.n_neg += len(bins) - n_pos
 
     def update_many(self, label: str, batch: Iterable[tuple[str, str | None, dict]]) -> None:
         """:meth:`update` once for each ``(y_true, y_pred, scores)`` of ``batch``, as the
         histogram of class ``label`` (positive: ``y_true == label``; the score:
-        ``scores.get(label, 0.0)``), with :func:`_logit_bin` inlined and nothing allocated:
-        the two calls per score were a third of the fold's time."""
-        bins = self.bins
-        log, log1p = math.log, math.log1p
-        clip, width, low, high = _LOGIT_CLIP, _LOGIT_BIN_WIDTH, _LOW_BIN, _HIGH_BIN
-        n = positives = 0
-        for y_true, _, scores in batch:
-            p = scores.get(label, 0.0)
-            if p <= 0.0:
-                b = low
-            elif p >= 1.0:
-                b = high
-            else:
-                z = log(p) - log1p(-p)
-                # beyond the clip, or NaN (which _logit_bin clips high): an end bin
-                b = round(z / width) if -clip <= z <= clip else low if z < -clip else high
-            counts = bins.get(b)
-            if counts is None:
-                counts = bins[b] = [0, 0]
-            if y_true == label:
-                counts[1] += 1
-                positives += 1
-            else:
-                counts[0] += 1
-            n += 1
-        self.n_pos += positives
-        self.n_neg += n - positives
+        ``scores.get(label, 0.0)``)."""
+        batch = list(batch)
+        self.add_binned(
+            _logit_bins(np.fromiter((scores.get(label, 0.0) for _, _, scores in batch), float,
+                                    len(batch))),
+            np.fromiter((y_true == label for y_true, _, _ in batch), bool, len(batch)))
+
+    def rows(self) -> list[tuple[int, int, int]]:
+        """``(bin, negatives, positives)`` of each bin with a row, in the bins' order."""
+        at = np.flatnonzero(self.present)
+        rows = list(zip((at + _LOW_BIN).tolist(), self.neg[at].tolist(), self.pos[at].tolist(),
+                        strict=True))
+        if self.beyond:
+            rows = sorted(rows + [(b, neg, pos) for b, (neg, pos) in self.beyond.items()])
+        return rows
 
     def auc(self) -> float:
         """P(score of a positive > score of a negative) + ½ P(tie); NaN without both kinds."""
@@ -188,20 +242,19 @@ class _ScoreHistogram:
             return math.nan
         negatives_below = 0
         wins = 0.0
-        for b in sorted(self.bins):
-            neg, pos = self.bins[b]
+        for _, neg, pos in self.rows():
             wins += pos * (negatives_below + 0.5 * neg)
             negatives_below += neg
         return wins / (self.n_pos * self.n_neg)
 
     def to_state(self) -> list[list[int]]:
-        return [[b, neg, pos] for b, (neg, pos) in sorted(self.bins.items())]
+        return [[b, neg, pos] for b, neg, pos in self.rows()]
 
     @classmethod
     def from_state(cls, rows: Iterable[Iterable[int]]) -> _ScoreHistogram:
         h = cls()
         for b, neg, pos in rows:
-            h.bins[int(b)] = [int(neg), int(pos)]
+            h._set_row(int(b), int(neg), int(pos))
             h.n_neg += int(neg)
             h.n_pos += int(pos)
         return h
@@ -257,17 +310,61 @@ def _labels_of(observations: list[tuple[str, str, dict]]) -> set[str]:
         *map(_third, observations))
 
 
-def _all_valid(observations: list[tuple[str, str, dict]]) -> bool:
-    """Whether every score of the observations is a float in [0, 1] already, that is what
-    :func:`_valid_probability` would leave as it is (C loops only)."""
-    scores = list(itertools.chain.from_iterable(map(dict.values, map(_third, observations))))
-    if not scores:
-        return True
-    return ({*map(type, scores)} == {float} and not any(map(math.isnan, scores))
-            and min(scores) >= 0.0 and max(scores) <= 1.0)
+def _all_floats(observations: list[tuple[str, str, dict]]) -> bool:
+    """Whether every score of the observations is exactly a ``float`` (C loops only)."""
+    return {*map(type, itertools.chain.from_iterable(
+        map(dict.values, map(_third, observations))))} <= {float}
 
 
 _first, _second, _third = (operator.itemgetter(i) for i in range(3))
+
+
+class _Columns:
+    """A fold's ``(y_true, y_pred, scores)`` observations as arrays: the true and the
+    predicted class of each (their places in ``classes``, the sorted class names, which name
+    every class of the observations) and each class's score of each (a row per class; 0.0
+    where the scores leave the class out, as ``scores.get(class, 0.0)``)."""
+
+    __slots__ = ("classes", "true", "predicted", "scores")
+
+    def __init__(self, observations: list[tuple[str, str, dict]], classes: list[str]) -> None:
+        place = dict(zip(classes, itertools.count())).__getitem__
+        n = len(observations)
+        self.classes = classes
+        self.true = np.fromiter(map(place, map(_first, observations)), np.intp, n)
+        self.predicted = np.fromiter(map(place, map(_second, observations)), np.intp, n)
+        dicts = list(map(_third, observations))
+        self.scores = np.empty((len(classes), n))
+        for row, label in zip(self.scores, classes, strict=True):
+            row[:] = np.fromiter(map(dict.get, dicts, itertools.repeat(label),
+                                     itertools.repeat(0.0)), float, n)
+
+    def scores_valid(self) -> bool:
+        """Whether every score is in [0, 1] (a NaN is not): what :func:`_valid_probability`
+        leaves as it is, once :func:`_all_floats` holds."""
+        return bool(self.scores.min() >= 0.0 and self.scores.max() <= 1.0)
+
+    def add_to(self, cm: rmetrics.ConfusionMatrix) -> None:
+        """Add the observations to a river confusion matrix, one update per cell, the cells
+        in the order they first occur (the dicts' order :func:`_add_counts` gives)."""
+        classes, k = self.classes, len(self.classes)
+        cells, first, counts = np.unique(self.true * k + self.predicted, return_index=True,
+                                         return_counts=True)
+        order = np.argsort(first)
+        for cell, n in zip(cells[order].tolist(), counts[order].tolist(), strict=True):
+            y_true, y_pred = divmod(cell, k)
+            cm.update(classes[y_true], classes[y_pred], w=float(n))
+            cm.n_samples += n - 1
+
+    def mean_cross_entropy(self) -> float:
+        """The mean of :func:`_cross_entropies`, to the last bit: each score clamped as there
+        (numpy's minimum and maximum are exact), its log taken by ``math.log`` (numpy's may
+        differ in the last place), added up exactly by ``fsum`` (the sum of the negated logs
+        is the negated sum of the logs, rounding to nearest being symmetric)."""
+        n = len(self.true)
+        true_scores = self.scores[self.true, np.arange(n)]
+        clamped = np.minimum(np.maximum(true_scores, 1e-15), 1 - 1e-15)
+        return -math.fsum(map(math.log, clamped.tolist())) / n
 
 
 def _add_counts(cm: rmetrics.ConfusionMatrix, items) -> None:
@@ -709,9 +806,14 @@ class Metrics:
 
         pending, self._pending = self._pending, []
         labels = _labels_of(pending)
+        columns = None
         if (all(type(label) is str for label in labels)
                 and len((classes | self._counter_classes | labels) - {OTHER}) <= self.max_classes
-                and _all_valid(pending)):
+                and _all_floats(pending)):
+            columns = _Columns(pending, sorted(classes | labels))
+            if not columns.scores_valid():
+                columns = None
+        if columns is not None:
             # The usual batch: there is room for every class it names, so each keeps its name
             # whatever the order they come in, and every probability is a float in [0, 1]
             # already: the queued copies are the scores as they are (rebuilding a dict per
@@ -721,7 +823,8 @@ class Metrics:
             batch = pending
         else:
             batch = self._bounded_batch(pending, classes, bounded)
-        self._fold_batch(batch, new_classes)
+            columns = _Columns(batch, sorted(classes | new_classes))
+        self._fold_batch(batch, new_classes, columns)
 
     def _bounded_batch(self, pending: list, classes: set[str], bounded) -> list:
         """``pending`` with every class name bounded and every probability made valid."""
@@ -738,7 +841,8 @@ class Metrics:
             ))
         return batch
 
-    def _fold_batch(self, batch: list, new_classes: set[str]) -> None:
+    def _fold_batch(self, batch: list, new_classes: set[str], columns: _Columns) -> None:
+        """Add ``batch`` (as ``columns``, over the classes known after it) to the counts."""
         classes = self._classes
         for c in sorted(new_classes):
             classes.add(c)
@@ -748,21 +852,32 @@ class Metrics:
                 hist.update(False, 0.0, n=self._auc_n)
 
         life = self._life
-        _add_counts(life.cm, batch)
-        losses = _cross_entropies(batch)
-        life.log_loss._mean.update(x=math.fsum(losses) / len(losses), w=len(losses))
+        columns.add_to(life.cm)
+        life.log_loss._mean.update(x=columns.mean_cross_entropy(), w=len(batch))
+        place = dict(zip(columns.classes, itertools.count()))
         for c, hist in life.auc.items():
-            hist.update_many(c, batch)
+            i = place[c]
+            hist.add_binned(_logit_bins(columns.scores[i]), columns.true == i)
         self._auc_n += len(batch)
 
         if new_classes or len(batch) * 4 >= self.window:
-            self._rebuild_recent([*self._recent_items, *batch][-self.window:])
+            # The window is rebuilt from its items when next read (a scrape, or a fold
+            # small enough to roll it an item at a time): a rebuild replaces all of it, so
+            # only the last one before a read counts, and the items are the same then.
+            self._recent_items.extend(batch[-self.window:])  # the deque keeps the last `window`
+            self._recent_stale = True
         else:
-            recent = self._recent
+            recent = self._fresh_recent()
             for y_true, y_pred, scores in batch:
                 recent.rolling_cm.update(y_true, y_pred)
                 recent.rolling_ll.update(y_true, scores)
                 self._recent_items.append((y_true, y_pred, scores))
+
+    def _fresh_recent(self) -> _Prequential:
+        """The recent window's statistics, rebuilt first if a fold left them stale."""
+        if self._recent_stale:
+            self._rebuild_recent(list(self._recent_items))
+        return self._recent
 
     def _rebuild_recent(self, items: list[tuple[str, str, dict[str, float]]]) -> None:
         """Recompute the window from its items in one pass (cheaper than a roll per item)."""
@@ -774,6 +889,7 @@ class Metrics:
             recent.log_loss._mean.update(x=math.fsum(losses) / len(losses), w=len(losses))
         recent.rolling_ll.window.extend(((yt, scores), {}) for yt, _, scores in items)
         self._recent = recent
+        self._recent_stale = False
         self._recent_items.clear()
         self._recent_items.extend(items)
 
@@ -782,6 +898,7 @@ class Metrics:
         self._life = _Prequential(None)
         self._recent = _Prequential(self.window)
         self._recent_items: collections.deque = collections.deque(maxlen=self.window)
+        self._recent_stale = False  # whether _recent must be rebuilt from _recent_items
         self._pending: list[tuple[str, str, dict[str, float]]] = []
         self._unscored = 0
         self._auc_n = 0  # lifetime observations in the AUC histograms
@@ -843,12 +960,13 @@ class Metrics:
             fams["correct"].add_metric(
                 [], sum(self._life.cm.data[c][c] for c in classes))
             fams["unscored"].add_metric([], self._unscored)
-            for scope, pre in (("lifetime", self._life), ("recent", self._recent)):
+            recent = self._fresh_recent()
+            for scope, pre in (("lifetime", self._life), ("recent", recent)):
                 self._fill_scope(fams, scope, pre, classes)
             for a in classes:
                 for p in classes:
                     fams["confusion"].add_metric([a, p], self._life.cm.data[a][p])
-                    fams["window_confusion"].add_metric([a, p], self._recent.cm.data[a][p])
+                    fams["window_confusion"].add_metric([a, p], recent.cm.data[a][p])
 
     def _fill_scope(self, fams, scope: str, pre: _Prequential, classes: list[str]) -> None:
         cm = pre.cm
@@ -935,7 +1053,7 @@ class Metrics:
                 (str(yt), str(yp), {str(c): float(p) for c, p in scores.items()})
                 for yt, yp, scores in state["recent"]
             ]
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise ValueError(f"malformed metrics state: {exc!r}") from exc
         with self._lock:
             self._reset_prequential()

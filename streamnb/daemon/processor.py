@@ -269,7 +269,9 @@ class RecordProcessor:
             tally["consumed", "unlabelled"] += unlabelled
         if observations:
             tally["consumed", "labelled"] += len(observations)
-            for label, n in Counter(labelled for labelled, _, _ in observations).items():
+            learned = Counter(run.labels)  # the observations' labels, and the unlabelled's None
+            learned.pop(None, None)
+            for label, n in learned.items():
                 tally["learned", label] += n
             self.metrics.observe_labelled_many(observations)
 
