@@ -2308,6 +2308,7 @@ enum { M_INITIAL, M_BEFORE_HTML, M_BEFORE_HEAD, M_IN_HEAD, M_AFTER_HEAD, M_IN_BO
 #define RAW_DROP 3      /* RAWTEXT or script data of an element the caller strips */
 
 #define HTML_MAX_DEPTH 256
+#define HTML_MAX_ATTRIBUTES 16
 #define HTML_MAX_FORMATTING 64
 #define HTML_NAME_MAX 24
 
@@ -2321,7 +2322,9 @@ typedef struct {
 typedef struct {
     unsigned char id;                /* 0: a marker */
     unsigned char on_stack;
+    unsigned char attributes_unsure;
     uint32_t serial;
+    uint64_t attributes;             /* the digest of its token's attributes */
 } HtmlActive;
 
 typedef struct {
@@ -2343,6 +2346,10 @@ typedef struct {
     int raw;            /* the element just opened holds raw text (RAW_*) */
     int raw_merge;      /* -1, or the merge flag to restore after it (one put in the head) */
     int quirks;         /* 1: quirks mode (no doctype), 0: no quirks (<!DOCTYPE html>), -1: other */
+    uint64_t attributes;        /* the digest of the tag's attributes (html_attribute) */
+    int attributes_unsure;
+    int n_attributes;
+    Py_ssize_t attribute_names[HTML_MAX_ATTRIBUTES][2];  /* (start, length) */
     uint32_t serial;
     uint32_t form;      /* the form element pointer (a serial), 0 if none */
     int depth;
@@ -2527,19 +2534,39 @@ html_reconstruct(HtmlScan *h)
     }
 }
 
+static void html_remove_active(HtmlScan *h, int k);
+
 static void
 html_push_active(HtmlScan *h, int id)
 {
-    int same = 0;
+    /* Noah's ark: of three entries after the last marker with this tag and these attributes,
+     * the earliest leaves the list */
+    int same = 0, earliest = -1, named = 0;
     for (int k = h->n_active - 1; k >= 0 && h->active[k].id != 0; k--)
-        same += h->active[k].id == id;
-    if (same >= 3 || h->n_active == HTML_MAX_FORMATTING) {  /* Noah's ark compares attributes */
+        if (h->active[k].id == id) {
+            named++;
+            if (h->active[k].attributes_unsure)
+                h->attributes_unsure = 1;
+            if (h->active[k].attributes == h->attributes) {
+                same++;
+                earliest = k;
+            }
+        }
+    if (named >= 3 && h->attributes_unsure) {
+        h->unsure = __LINE__;
+        return;
+    }
+    if (same >= 3)
+        html_remove_active(h, earliest);
+    if (h->n_active == HTML_MAX_FORMATTING) {
         h->unsure = __LINE__;
         return;
     }
     HtmlActive *a = &h->active[h->n_active++];
     a->id = (unsigned char)id;
     a->on_stack = 1;
+    a->attributes_unsure = (unsigned char)h->attributes_unsure;
+    a->attributes = h->attributes;
     a->serial = H_TOP(h).serial;
 }
 
@@ -2550,7 +2577,7 @@ html_push_marker(HtmlScan *h)
         h->unsure = __LINE__;
         return;
     }
-    h->active[h->n_active++] = (HtmlActive){0, 0, 0};
+    h->active[h->n_active++] = (HtmlActive){0};
 }
 
 static void
@@ -2795,6 +2822,53 @@ html_ascii_is(HtmlScan *h, Py_ssize_t start, Py_ssize_t end, const char *lower)
     return 1;
 }
 
+/* One attribute of the tag being read, into h->attributes: an order-blind 64-bit digest of
+ * the (name, value) pairs that Noah's ark compares. A later attribute of the same name is
+ * dropped, as the tokenizer drops it; a value whose text the tokenizer would change (a
+ * reference, CR, NUL) or a tag of many attributes is not digested (attributes_unsure). */
+static void
+html_attribute(HtmlScan *h, Py_ssize_t name, Py_ssize_t name_end, Py_ssize_t value,
+               Py_ssize_t value_end)
+{
+    if (h->n_attributes == HTML_MAX_ATTRIBUTES) {
+        h->attributes_unsure = 1;
+        return;
+    }
+    Py_ssize_t len = name_end - name;
+    for (int k = 0; k < h->n_attributes; k++) {
+        Py_ssize_t other = h->attribute_names[k][0];
+        if (h->attribute_names[k][1] != len)
+            continue;
+        Py_ssize_t j = 0;
+        for (; j < len; j++) {
+            Py_UCS4 a = H_AT(h, name + j), b = H_AT(h, other + j);
+            if ((a >= 'A' && a <= 'Z' ? a + 0x20 : a) != (b >= 'A' && b <= 'Z' ? b + 0x20 : b))
+                break;
+        }
+        if (j == len)
+            return;  /* a duplicate: dropped */
+    }
+    h->attribute_names[h->n_attributes][0] = name;
+    h->attribute_names[h->n_attributes][1] = len;
+    h->n_attributes++;
+    uint64_t digest = FNV_OFFSET;
+    for (Py_ssize_t j = name; j < name_end; j++) {
+        Py_UCS4 c = H_AT(h, j);
+        if (c == 0)
+            h->attributes_unsure = 1;
+        digest = (digest ^ (c >= 'A' && c <= 'Z' ? c + 0x20 : c)) * FNV_PRIME;
+    }
+    digest = (digest ^ 0x110000) * FNV_PRIME;  /* not a code point: ends the name */
+    for (Py_ssize_t j = value; j < value_end; j++) {
+        Py_UCS4 c = H_AT(h, j);
+        if (c == '&' || c == '\r' || c == 0)
+            h->attributes_unsure = 1;
+        digest = (digest ^ c) * FNV_PRIME;
+    }
+    digest ^= digest >> 29;  /* mixed, then summed: the order of the attributes is no matter */
+    h->attributes += digest * 0x9E3779B97F4A7C15ULL + 1;
+}
+
 /* past the attributes of a tag whose name ends at i: the index after its '>', or n (EOF:
  * the tag is dropped, *complete = 0); h->hidden: its first type attribute is "hidden" */
 static Py_ssize_t
@@ -2804,6 +2878,9 @@ html_tag_end(HtmlScan *h, Py_ssize_t i, int *complete)
     int seen_type = 0;
     *complete = 0;
     h->hidden = 0;
+    h->attributes = 0;
+    h->n_attributes = 0;
+    h->attributes_unsure = 0;
     for (;;) {
         /* before attribute name */
         while (i < n && (html_space(H_AT(h, i)) || H_AT(h, i) == '/'))
@@ -2822,6 +2899,7 @@ html_tag_end(HtmlScan *h, Py_ssize_t i, int *complete)
                 break;
             i++;
         }
+        Py_ssize_t name_end = i;
         int is_type = !seen_type && html_ascii_is(h, name_start, i, "type");
         seen_type |= is_type;
         /* after attribute name */
@@ -2829,8 +2907,10 @@ html_tag_end(HtmlScan *h, Py_ssize_t i, int *complete)
             i++;
         if (i >= n)
             return n;
-        if (H_AT(h, i) != '=')
+        if (H_AT(h, i) != '=') {
+            html_attribute(h, name_start, name_end, 0, 0);
             continue;  /* '/', '>' or a new attribute's name */
+        }
         i++;
         /* before attribute value */
         while (i < n && html_space(H_AT(h, i)))
@@ -2852,6 +2932,7 @@ html_tag_end(HtmlScan *h, Py_ssize_t i, int *complete)
                 return n;
             if (is_type)
                 h->hidden = html_ascii_is(h, value_start, i, "hidden");
+            html_attribute(h, name_start, name_end, value_start, i);
             i++;  /* after the quoted value: anything is the next attribute or the end */
         }
         else if (quote != '>') {
@@ -2859,7 +2940,10 @@ html_tag_end(HtmlScan *h, Py_ssize_t i, int *complete)
                 i++;
             if (is_type)
                 h->hidden = html_ascii_is(h, value_start, i, "hidden");
+            html_attribute(h, name_start, name_end, value_start, i);
         }
+        else
+            html_attribute(h, name_start, name_end, 0, 0);
     }
 }
 
@@ -3030,7 +3114,10 @@ html_adoption_agency(HtmlScan *h, HtmlTagToken *t)
          * (the formatting element leaves it), in the stack just below the furthest block */
         uint32_t fresh = ++h->serial;
         a = html_active_of(h, fe);
-        html_insert_active(h, bookmark, (HtmlActive){(unsigned char)t->id, 1, fresh});
+        HtmlActive made = h->active[a];
+        made.serial = fresh;
+        made.on_stack = 1;
+        html_insert_active(h, bookmark, made);
         if (bookmark <= a)
             a++;
         html_remove_active(h, a);
@@ -3176,9 +3263,21 @@ html_body_start_tag(HtmlScan *h, HtmlTagToken *t)
         return;
     }
     if (f & HF_FORMAT) {
-        if (id == T_A && html_active_index(h, T_A) >= 0) {
-            h->unsure = __LINE__;
-            return;
+        int open_a = id == T_A ? html_active_index(h, T_A) : -1;
+        if (open_a >= 0) {  /* an <a> in an <a>: the adoption agency for </a>, then it goes */
+            uint32_t old = h->active[open_a].serial;
+            HtmlTagToken end_a = {T_A, 1, "a"};
+            html_adoption_agency(h, &end_a);
+            int k = html_active_of(h, old);
+            if (k >= 0)
+                html_remove_active(h, k);
+            k = html_open_index(h, old);
+            if (k == h->depth - 1)
+                html_pop(h);
+            else if (k >= 0)
+                html_remove_open(h, k);  /* the current node stays */
+            if (h->unsure)
+                return;
         }
         html_reconstruct(h);
         html_push(h, id, NULL, 0);
@@ -3643,6 +3742,69 @@ html_end(HtmlScan *h, HtmlTagToken *t)
     }
 }
 
+/* markup[j..] starts with an ASCII-case-blind "script" that the next character ends */
+static int
+html_script_name(HtmlScan *h, Py_ssize_t j)
+{
+    if (j + 6 >= h->n || !html_ascii_is(h, j, j + 6, "script"))
+        return 0;
+    Py_UCS4 after = H_AT(h, j + 6);
+    return html_space(after) || after == '/' || after == '>';
+}
+
+/* A script's data from j, just past a "<!--" in it: the escaped and double escaped states
+ * of the tokenizer, back to plain script data after a "-->". The index after the script's
+ * end tag, or n. */
+static Py_ssize_t
+html_script_escaped(HtmlScan *h, Py_ssize_t j)
+{
+    Py_ssize_t n = h->n;
+    int escaped = 1, doubly = 0, dashes = 2, complete;
+    while (j < n) {
+        Py_UCS4 c = H_AT(h, j);
+        if (!escaped) {  /* script data */
+            if (c == '<' && j + 1 < n && H_AT(h, j + 1) == '/' && html_script_name(h, j + 2))
+                return html_tag_end(h, j + 8, &complete);
+            if (c == '<' && j + 3 < n && H_AT(h, j + 1) == '!' && H_AT(h, j + 2) == '-'
+                && H_AT(h, j + 3) == '-') {
+                escaped = 1;
+                dashes = 2;
+                j += 4;
+                continue;
+            }
+            j++;
+            continue;
+        }
+        if (c == '-') {
+            dashes += dashes < 2;
+            j++;
+            continue;
+        }
+        if (c == '>' && dashes == 2) {
+            escaped = doubly = 0;
+            j++;
+            continue;
+        }
+        dashes = 0;
+        if (c == '<') {
+            if (j + 1 < n && H_AT(h, j + 1) == '/' && html_script_name(h, j + 2)) {
+                if (!doubly)
+                    return html_tag_end(h, j + 8, &complete);
+                doubly = 0;  /* the end of the double escape */
+                j += 8;
+                continue;
+            }
+            if (!doubly && html_script_name(h, j + 1)) {
+                doubly = 1;
+                j += 7;
+                continue;
+            }
+        }
+        j++;
+    }
+    return n;
+}
+
 /* the content of the raw text element t just opened, from j: the index after its end tag */
 static Py_ssize_t
 html_raw_text(HtmlScan *h, Py_ssize_t j, HtmlTagToken *t)
@@ -3677,7 +3839,7 @@ html_raw_text(HtmlScan *h, Py_ssize_t j, HtmlTagToken *t)
             }
             if (t->id == T_SCRIPT && j + 3 < n && H_AT(h, j + 1) == '!' && H_AT(h, j + 2) == '-'
                 && H_AT(h, j + 3) == '-') {
-                h->unsure = __LINE__;  /* the script data's escaped states */
+                j = html_script_escaped(h, j + 4);
                 break;
             }
             if (keep)

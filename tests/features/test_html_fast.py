@@ -98,6 +98,7 @@ _JUNK = st.sampled_from([
     "<!-- a --!> b", "<!x>", "<?x?>", "</3>", "<3", "< p>", "<!DOCTYPE html>", "<!doctype HTML>",
     '<!DOCTYPE html PUBLIC "-//W3C//DTD HTML 4.01 Transitional//EN">', "<![CDATA[x]]>",
     "</title>", "</script>", "<script><!--x</script>", "\x00", "\ud800", "\r\n", "\r", "\f",
+    "<script><!--", "-->", "<!--<script>", "--></script>", "</script >", "<scripts>",
 ])
 _TEXT = st.sampled_from([
     "a", "word", " ", "  ", "\n", "\t", "x y", "é", "中文", "\U0001f600", "Free!", "\xa0",
@@ -122,6 +123,9 @@ markups = st.lists(
 @example("<b>1<p>2</b>3")
 @example("<b>1<p><i>2</b>3")
 @example("<a>1<a>2</a>")
+@example("<a>1<b>2<a>3</a>4")
+@example("<script><!--<script></script>x</script>y")
+@example('<font size=2><font size=2><font size=2><font size=2>a</font></font></font></font>b')
 @example("x<table>y</table>")
 @example("<table><tr><td>a</td></tr></table><p>b")
 @example("<p>a<table><tr><td>b</table>c")
