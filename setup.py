@@ -14,6 +14,7 @@ setup(
         Extension(
             "streamnb.features._tokens",
             sources=["streamnb/features/_tokens.c"],
+            depends=["streamnb/features/_html_entities.h"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
         ),
         Extension(

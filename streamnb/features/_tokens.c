@@ -16,6 +16,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -2126,7 +2127,1948 @@ done:
     return result;
 }
 
+/* ---- HTML to text ----------------------------------------------------------------------
+ *
+ * html_text(markup) gives what streamnb.features.html's selectolax path gives before its
+ * strip(): the text nodes of the tree Lexbor's HTML5 parser builds, in document order, joined
+ * by " ", or None where this scanner cannot be sure of that tree. It tokenizes as the HTML5
+ * tokenizer does (data state, tags and their attributes, comments, bogus comments, doctypes,
+ * character references, RCDATA for <title>, CR LF and CR read as LF) and follows the tree
+ * builder's insertion modes only as far as they decide the text: which character tokens are
+ * dropped (whitespace before <head>), and whether a character joins the text node before it
+ * (nothing was inserted into the current node and it did not change since) or starts a new
+ * one. The open elements and the active formatting elements are kept as the standard says,
+ * so an end tag that the tree builder ignores is ignored here too.
+ *
+ * None (the caller parses with Lexbor) for everything whose tree it does not build: a NUL or
+ * a lone surrogate; the elements whose content is not plain markup or whose text the caller
+ * strips (script, style, noscript, template, textarea, iframe, xmp, select, ...); foreign
+ * content (svg, math); frames; text, or any element other than the table's own, directly in a
+ * table (foster parenting moves it); misnested formatting elements that the adoption agency
+ * would move (a "furthest block"), a fourth open element of one formatting tag (Noah's ark),
+ * an <a> inside an <a>; <table> while a <p> is open (its effect depends on quirks mode); more
+ * than HTML_MAX_DEPTH open elements. Every step is bounded by those sizes, so a scan is
+ * linear in the markup. */
+
+#include "_html_entities.h"
+
+enum {
+    T_OTHER = 0, T_A, T_ADDRESS, T_APPLET, T_AREA, T_ARTICLE, T_ASIDE, T_B, T_BASE, T_BASEFONT,
+    T_BGSOUND, T_BIG, T_BLOCKQUOTE, T_BODY, T_BR, T_BUTTON, T_CAPTION, T_CENTER, T_CODE, T_COL,
+    T_COLGROUP, T_DD, T_DETAILS, T_DIALOG, T_DIR, T_DIV, T_DL, T_DT, T_EM, T_EMBED, T_FIELDSET,
+    T_FIGCAPTION, T_FIGURE, T_FONT, T_FOOTER, T_FORM, T_FRAME, T_FRAMESET, T_H1, T_H2, T_H3,
+    T_H4, T_H5, T_H6, T_HEAD, T_HEADER, T_HGROUP, T_HR, T_HTML, T_I, T_IFRAME, T_IMAGE, T_IMG,
+    T_INPUT, T_ISINDEX, T_KEYGEN, T_LI, T_LINK, T_LISTING, T_MAIN, T_MARQUEE, T_MATH, T_MENU,
+    T_META, T_NAV, T_NOBR, T_NOEMBED, T_NOFRAMES, T_NOSCRIPT, T_OBJECT, T_OL, T_OPTGROUP,
+    T_OPTION, T_P, T_PARAM, T_PLAINTEXT, T_PRE, T_RB, T_RP, T_RT, T_RTC, T_S, T_SCRIPT,
+    T_SEARCH, T_SECTION, T_SELECT, T_SMALL, T_SOURCE, T_STRIKE, T_STRONG, T_STYLE, T_SUMMARY,
+    T_SVG, T_TABLE, T_TBODY, T_TD, T_TEMPLATE, T_TEXTAREA, T_TFOOT, T_TH, T_THEAD, T_TITLE,
+    T_TR, T_TRACK, T_TT, T_U, T_UL, T_WBR, T_XMP, T_COUNT
+};
+
+/* flags of a tag */
+#define HF_SPECIAL 0x001    /* the standard's "special" category */
+#define HF_SCOPE 0x002      /* ends "has an element in scope" */
+#define HF_IMPLIED 0x004    /* "generate implied end tags" pops it */
+#define HF_FORMAT 0x008     /* a formatting element */
+#define HF_CLOSE_P 0x010    /* its start tag closes an open <p> first */
+#define HF_BLOCK_END 0x020  /* its end tag closes it when in scope */
+#define HF_VOID 0x040       /* a void element inserted after reconstructing formatting */
+#define HF_HEAD_VOID 0x080  /* base, link, meta...: a void element, no reconstruction */
+#define HF_UNSURE 0x100     /* not followed here: the caller parses with Lexbor */
+#define HF_HEADING 0x200
+#define HF_TABLE_PART 0x400 /* table sections, rows, cells: ignored as start tags in body */
+
+typedef struct { const char *name; unsigned char id; unsigned short flags; } HtmlTag;
+
+#define SP HF_SPECIAL
+static const HtmlTag html_tags[] = {  /* sorted by name */
+    {"a", T_A, HF_FORMAT},
+    {"address", T_ADDRESS, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"applet", T_APPLET, SP | HF_SCOPE | HF_UNSURE},
+    {"area", T_AREA, SP | HF_VOID},
+    {"article", T_ARTICLE, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"aside", T_ASIDE, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"b", T_B, HF_FORMAT},
+    {"base", T_BASE, SP | HF_HEAD_VOID},
+    {"basefont", T_BASEFONT, SP | HF_HEAD_VOID},
+    {"bgsound", T_BGSOUND, SP | HF_HEAD_VOID},
+    {"big", T_BIG, HF_FORMAT},
+    {"blockquote", T_BLOCKQUOTE, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"body", T_BODY, SP},
+    {"br", T_BR, SP | HF_VOID},
+    {"button", T_BUTTON, SP | HF_BLOCK_END},
+    {"caption", T_CAPTION, SP | HF_SCOPE | HF_UNSURE},
+    {"center", T_CENTER, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"code", T_CODE, HF_FORMAT},
+    {"col", T_COL, SP | HF_UNSURE},
+    {"colgroup", T_COLGROUP, SP | HF_UNSURE},
+    {"dd", T_DD, SP | HF_IMPLIED},
+    {"details", T_DETAILS, SP | HF_UNSURE},
+    {"dialog", T_DIALOG, HF_UNSURE},
+    {"dir", T_DIR, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"div", T_DIV, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"dl", T_DL, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"dt", T_DT, SP | HF_IMPLIED},
+    {"em", T_EM, HF_FORMAT},
+    {"embed", T_EMBED, SP | HF_VOID},
+    {"fieldset", T_FIELDSET, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"figcaption", T_FIGCAPTION, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"figure", T_FIGURE, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"font", T_FONT, HF_FORMAT},
+    {"footer", T_FOOTER, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"form", T_FORM, SP},
+    {"frame", T_FRAME, SP | HF_UNSURE},
+    {"frameset", T_FRAMESET, SP | HF_UNSURE},
+    {"h1", T_H1, SP | HF_HEADING},
+    {"h2", T_H2, SP | HF_HEADING},
+    {"h3", T_H3, SP | HF_HEADING},
+    {"h4", T_H4, SP | HF_HEADING},
+    {"h5", T_H5, SP | HF_HEADING},
+    {"h6", T_H6, SP | HF_HEADING},
+    {"head", T_HEAD, SP},
+    {"header", T_HEADER, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"hgroup", T_HGROUP, SP | HF_UNSURE},
+    {"hr", T_HR, SP},
+    {"html", T_HTML, SP | HF_SCOPE},
+    {"i", T_I, HF_FORMAT},
+    {"iframe", T_IFRAME, SP},
+    {"image", T_IMAGE, HF_UNSURE},
+    {"img", T_IMG, SP | HF_VOID},
+    {"input", T_INPUT, SP | HF_VOID},
+    {"isindex", T_ISINDEX, HF_UNSURE},
+    {"keygen", T_KEYGEN, SP | HF_UNSURE},
+    {"li", T_LI, SP | HF_IMPLIED},
+    {"link", T_LINK, SP | HF_HEAD_VOID},
+    {"listing", T_LISTING, SP | HF_UNSURE},
+    {"main", T_MAIN, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"marquee", T_MARQUEE, SP | HF_SCOPE | HF_UNSURE},
+    {"math", T_MATH, HF_UNSURE},
+    {"menu", T_MENU, SP | HF_UNSURE},
+    {"meta", T_META, SP | HF_HEAD_VOID},
+    {"nav", T_NAV, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"nobr", T_NOBR, HF_FORMAT | HF_UNSURE},
+    {"noembed", T_NOEMBED, SP},
+    {"noframes", T_NOFRAMES, SP},
+    {"noscript", T_NOSCRIPT, SP | HF_UNSURE},
+    {"object", T_OBJECT, SP | HF_SCOPE | HF_UNSURE},
+    {"ol", T_OL, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"optgroup", T_OPTGROUP, HF_IMPLIED | HF_UNSURE},
+    {"option", T_OPTION, HF_IMPLIED | HF_UNSURE},
+    {"p", T_P, SP | HF_CLOSE_P | HF_IMPLIED},
+    {"param", T_PARAM, SP},
+    {"plaintext", T_PLAINTEXT, SP | HF_UNSURE},
+    {"pre", T_PRE, SP | HF_BLOCK_END},
+    {"rb", T_RB, HF_IMPLIED | HF_UNSURE},
+    {"rp", T_RP, HF_IMPLIED | HF_UNSURE},
+    {"rt", T_RT, HF_IMPLIED | HF_UNSURE},
+    {"rtc", T_RTC, HF_IMPLIED | HF_UNSURE},
+    {"s", T_S, HF_FORMAT},
+    {"script", T_SCRIPT, SP},
+    {"search", T_SEARCH, SP | HF_UNSURE},
+    {"section", T_SECTION, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"select", T_SELECT, SP | HF_UNSURE},
+    {"small", T_SMALL, HF_FORMAT},
+    {"source", T_SOURCE, SP},
+    {"strike", T_STRIKE, HF_FORMAT},
+    {"strong", T_STRONG, HF_FORMAT},
+    {"style", T_STYLE, SP},
+    {"summary", T_SUMMARY, SP | HF_UNSURE},
+    {"svg", T_SVG, HF_UNSURE},
+    {"table", T_TABLE, SP | HF_SCOPE},
+    {"tbody", T_TBODY, SP | HF_TABLE_PART},
+    {"td", T_TD, SP | HF_SCOPE | HF_TABLE_PART},
+    {"template", T_TEMPLATE, SP | HF_SCOPE | HF_UNSURE},
+    {"textarea", T_TEXTAREA, SP},
+    {"tfoot", T_TFOOT, SP | HF_TABLE_PART},
+    {"th", T_TH, SP | HF_SCOPE | HF_TABLE_PART},
+    {"thead", T_THEAD, SP | HF_TABLE_PART},
+    {"title", T_TITLE, SP},
+    {"tr", T_TR, SP | HF_TABLE_PART},
+    {"track", T_TRACK, SP},
+    {"tt", T_TT, HF_FORMAT},
+    {"u", T_U, HF_FORMAT},
+    {"ul", T_UL, SP | HF_CLOSE_P | HF_BLOCK_END},
+    {"wbr", T_WBR, SP | HF_VOID},
+    {"xmp", T_XMP, SP},
+};
+#undef SP
+#define HTML_TAGS ((int)(sizeof html_tags / sizeof html_tags[0]))
+static unsigned short html_flags[T_COUNT];
+/* the characters that end a run of plain text: markup, references, CR, NUL */
+static const unsigned char html_stop[256] = {[0] = 1, ['\r'] = 1, ['&'] = 1, ['<'] = 1};
+
+enum { M_INITIAL, M_BEFORE_HTML, M_BEFORE_HEAD, M_IN_HEAD, M_AFTER_HEAD, M_IN_BODY,
+       M_IN_TABLE, M_IN_TABLE_BODY, M_IN_ROW, M_IN_CELL, M_AFTER_BODY, M_AFTER_AFTER_BODY };
+
+/* what the tokenizer reads after a start tag */
+#define RAW_NONE 0
+#define RAW_KEEP 1      /* RAWTEXT kept as text: iframe, noembed, noframes, xmp */
+#define RAW_RCDATA 2    /* RCDATA (references decoded) kept as text: title, textarea */
+#define RAW_DROP 3      /* RAWTEXT or script data of an element the caller strips */
+
+#define HTML_MAX_DEPTH 256
+#define HTML_MAX_ATTRIBUTES 16
+#define HTML_MAX_FORMATTING 64
+#define HTML_NAME_MAX 24
+
+typedef struct {
+    unsigned char id;
+    unsigned char len;               /* of name, for T_OTHER */
+    char name[HTML_NAME_MAX];        /* lower-cased, T_OTHER only */
+    uint32_t serial;
+} HtmlOpen;
+
+typedef struct {
+    unsigned char id;                /* 0: a marker */
+    unsigned char on_stack;
+    unsigned char attributes_unsure;
+    uint32_t serial;
+    uint64_t attributes;             /* the digest of its token's attributes */
+} HtmlActive;
+
+typedef struct {
+    const void *data;
+    int kind;
+    Py_ssize_t n;
+    Py_UCS4 *out;
+    Py_ssize_t out_len, out_cap;
+    int mode;
+    int merge;          /* the current node's last child is a text node */
+    int any_text;       /* a text node was made: the next one is preceded by " " */
+    int skip_lf;        /* the token right after <pre> is a LF: dropped */
+    int formatting_ok;  /* every active formatting element is open (nothing to reconstruct) */
+    int unsure;         /* give up: the caller parses with Lexbor */
+    int nomem;
+    int rcdata;         /* inside <title>: every character goes into its text */
+    int strip;          /* script and style elements are stripped from the tree */
+    int hidden;         /* the tag just read has type=hidden */
+    int raw;            /* the element just opened holds raw text (RAW_*) */
+    int raw_merge;      /* -1, or the merge flag to restore after it (one put in the head) */
+    int quirks;         /* 1: quirks mode (no doctype), 0: no quirks (<!DOCTYPE html>), -1: other */
+    uint64_t attributes;        /* the digest of the tag's attributes (html_attribute) */
+    int attributes_unsure;
+    int n_attributes;
+    Py_ssize_t attribute_names[HTML_MAX_ATTRIBUTES][2];  /* (start, length) */
+    uint32_t serial;
+    uint32_t form;      /* the form element pointer (a serial), 0 if none */
+    int depth;
+    int n_active;
+    HtmlOpen open[HTML_MAX_DEPTH];
+    HtmlActive active[HTML_MAX_FORMATTING];
+} HtmlScan;
+
+#define H_AT(h, i) PyUnicode_READ((h)->kind, (h)->data, (i))
+#define H_FLAGS(id) html_flags[id]
+#define H_TOP(h) ((h)->open[(h)->depth - 1])
+
+static inline int
+html_space(Py_UCS4 c)
+{
+    return c == ' ' || c == '\n' || c == '\t' || c == '\f' || c == '\r';
+}
+
+static inline int
+html_alpha(Py_UCS4 c)
+{
+    return (c | 0x20) >= 'a' && (c | 0x20) <= 'z';
+}
+
+static inline int
+html_alnum(Py_UCS4 c)
+{
+    return html_alpha(c) || (c >= '0' && c <= '9');
+}
+
+static int
+html_grow(HtmlScan *h, Py_ssize_t more)
+{
+    if (h->out_len + more > h->out_cap) {
+        Py_ssize_t cap = h->out_cap * 2 + more + 64;
+        Py_UCS4 *grown = PyMem_Realloc(h->out, (size_t)cap * sizeof(Py_UCS4));
+        if (grown == NULL) {
+            h->nomem = 1;
+            h->unsure = __LINE__;
+            return -1;
+        }
+        h->out = grown;
+        h->out_cap = cap;
+    }
+    return 0;
+}
+
+static inline void
+html_put(HtmlScan *h, Py_UCS4 c)
+{
+    if (h->out_len == h->out_cap && html_grow(h, 1) < 0)
+        return;
+    h->out[h->out_len++] = c;
+}
+
+/* ---- the stack of open elements and the active formatting elements ---- */
+
+static void
+html_push(HtmlScan *h, int id, const char *name, int len)
+{
+    if (h->depth == HTML_MAX_DEPTH) {
+        h->unsure = __LINE__;
+        return;
+    }
+    HtmlOpen *e = &h->open[h->depth++];
+    e->id = (unsigned char)id;
+    e->len = (unsigned char)len;
+    if (id == T_OTHER)
+        memcpy(e->name, name, (size_t)len);
+    e->serial = ++h->serial;
+    h->merge = 0;
+}
+
+static void
+html_pop(HtmlScan *h)
+{
+    if (h->depth <= 1) {  /* the html element is never popped by the paths followed here */
+        h->unsure = __LINE__;
+        return;
+    }
+    HtmlOpen *e = &h->open[--h->depth];
+    if (H_FLAGS(e->id) & HF_FORMAT) {
+        for (int k = h->n_active - 1; k >= 0; k--)
+            if (h->active[k].id != 0 && h->active[k].serial == e->serial) {
+                h->active[k].on_stack = 0;
+                h->formatting_ok = 0;
+                break;
+            }
+    }
+    h->merge = 0;
+}
+
+static int
+html_same(const HtmlOpen *e, int id, const char *name, int len)
+{
+    return e->id == id && (id != T_OTHER || (e->len == len && memcmp(e->name, name, (size_t)len) == 0));
+}
+
+/* "has an element in scope": extra is the flag of the scope's additional boundaries */
+#define SCOPE_DEFAULT 0
+#define SCOPE_BUTTON 1
+#define SCOPE_LIST 2
+#define SCOPE_TABLE 3
+
+static int
+html_boundary(int id, int scope)
+{
+    switch (scope) {
+    case SCOPE_TABLE:
+        return id == T_HTML || id == T_TABLE || id == T_TEMPLATE;
+    case SCOPE_BUTTON:
+        if (id == T_BUTTON)
+            return 1;
+        break;
+    case SCOPE_LIST:
+        if (id == T_OL || id == T_UL)
+            return 1;
+        break;
+    }
+    return (H_FLAGS(id) & HF_SCOPE) != 0;
+}
+
+/* the index of the topmost element with this id in scope, or -1 (ids in mask: any heading) */
+static int
+html_in_scope(HtmlScan *h, int id, int scope)
+{
+    for (int k = h->depth - 1; k >= 0; k--) {
+        int here = h->open[k].id;
+        if (here == id || (id == T_H1 && (H_FLAGS(here) & HF_HEADING)))
+            return k;
+        if (html_boundary(here, scope))
+            return -1;
+    }
+    return -1;
+}
+
+static void
+html_pop_to(HtmlScan *h, int k)  /* pops open[k] and everything above it */
+{
+    while (h->depth > k && !h->unsure)
+        html_pop(h);
+}
+
+static void
+html_implied_end_tags(HtmlScan *h, int except)
+{
+    while (!h->unsure && (H_FLAGS(H_TOP(h).id) & HF_IMPLIED) && H_TOP(h).id != except)
+        html_pop(h);
+}
+
+static void
+html_close_p(HtmlScan *h)
+{
+    html_implied_end_tags(h, T_P);
+    int k = html_in_scope(h, T_P, SCOPE_BUTTON);
+    if (k < 0)
+        h->unsure = __LINE__;
+    else
+        html_pop_to(h, k);
+}
+
+static void
+html_close_p_if_open(HtmlScan *h)
+{
+    if (html_in_scope(h, T_P, SCOPE_BUTTON) >= 0)
+        html_close_p(h);
+}
+
+static void
+html_reconstruct(HtmlScan *h)
+{
+    if (h->formatting_ok)
+        return;
+    h->formatting_ok = 1;
+    int k = h->n_active;
+    while (k > 0 && h->active[k - 1].id != 0 && !h->active[k - 1].on_stack)
+        k--;
+    for (; k < h->n_active && !h->unsure; k++) {
+        html_push(h, h->active[k].id, NULL, 0);
+        h->active[k].serial = h->serial;
+        h->active[k].on_stack = 1;
+    }
+}
+
+static void html_remove_active(HtmlScan *h, int k);
+
+static void
+html_push_active(HtmlScan *h, int id)
+{
+    /* Noah's ark: of three entries after the last marker with this tag and these attributes,
+     * the earliest leaves the list */
+    int same = 0, earliest = -1, named = 0;
+    for (int k = h->n_active - 1; k >= 0 && h->active[k].id != 0; k--)
+        if (h->active[k].id == id) {
+            named++;
+            if (h->active[k].attributes_unsure)
+                h->attributes_unsure = 1;
+            if (h->active[k].attributes == h->attributes) {
+                same++;
+                earliest = k;
+            }
+        }
+    if (named >= 3 && h->attributes_unsure) {
+        h->unsure = __LINE__;
+        return;
+    }
+    if (same >= 3)
+        html_remove_active(h, earliest);
+    if (h->n_active == HTML_MAX_FORMATTING) {
+        h->unsure = __LINE__;
+        return;
+    }
+    HtmlActive *a = &h->active[h->n_active++];
+    a->id = (unsigned char)id;
+    a->on_stack = 1;
+    a->attributes_unsure = (unsigned char)h->attributes_unsure;
+    a->attributes = h->attributes;
+    a->serial = H_TOP(h).serial;
+}
+
+static void
+html_push_marker(HtmlScan *h)
+{
+    if (h->n_active == HTML_MAX_FORMATTING) {
+        h->unsure = __LINE__;
+        return;
+    }
+    h->active[h->n_active++] = (HtmlActive){0};
+}
+
+static void
+html_clear_to_marker(HtmlScan *h)
+{
+    while (h->n_active > 0 && h->active[--h->n_active].id != 0)
+        ;
+    h->formatting_ok = 0;
+}
+
+static void
+html_remove_active(HtmlScan *h, int k)
+{
+    memmove(&h->active[k], &h->active[k + 1], (size_t)(h->n_active - k - 1) * sizeof(HtmlActive));
+    h->n_active--;
+    h->formatting_ok = 0;
+}
+
+/* the index in the active list of the last formatting element id after the last marker */
+static int
+html_active_index(HtmlScan *h, int id)
+{
+    for (int k = h->n_active - 1; k >= 0 && h->active[k].id != 0; k--)
+        if (h->active[k].id == id)
+            return k;
+    return -1;
+}
+
+static int
+html_open_index(HtmlScan *h, uint32_t serial)
+{
+    for (int k = h->depth - 1; k >= 0; k--)
+        if (h->open[k].serial == serial)
+            return k;
+    return -1;
+}
+
+/* ---- the text ---- */
+
+static void
+html_insert_text(HtmlScan *h, Py_UCS4 c)
+{
+    if (!h->merge) {
+        if (h->any_text)
+            html_put(h, ' ');
+        h->any_text = 1;
+        h->merge = 1;
+    }
+    html_put(h, c);
+}
+
+static int
+html_tableish(int id)
+{
+    return id == T_TABLE || id == T_TBODY || id == T_THEAD || id == T_TFOOT || id == T_TR;
+}
+
+
+/* one character token */
+static void
+html_char(HtmlScan *h, Py_UCS4 c)
+{
+    if (h->rcdata) {
+        html_insert_text(h, c);
+        return;
+    }
+    int space = html_space(c);
+    if (h->skip_lf) {
+        h->skip_lf = 0;
+        if (c == '\n')
+            return;
+    }
+    for (;;) {
+        switch (h->mode) {
+        case M_INITIAL:
+        case M_BEFORE_HTML:
+            if (space)
+                return;
+            html_push(h, T_HTML, NULL, 0);
+            h->mode = M_BEFORE_HEAD;
+            /* fall through */
+        case M_BEFORE_HEAD:
+            if (space)
+                return;
+            html_push(h, T_HEAD, NULL, 0);
+            h->mode = M_IN_HEAD;
+            /* fall through */
+        case M_IN_HEAD:
+            if (space) {
+                html_insert_text(h, c);
+                return;
+            }
+            html_pop(h);
+            h->mode = M_AFTER_HEAD;
+            /* fall through */
+        case M_AFTER_HEAD:
+            if (space) {
+                html_insert_text(h, c);
+                return;
+            }
+            html_push(h, T_BODY, NULL, 0);
+            h->mode = M_IN_BODY;
+            continue;
+        case M_IN_TABLE:
+        case M_IN_TABLE_BODY:
+        case M_IN_ROW:
+            if (!space || !html_tableish(H_TOP(h).id)) {
+                h->unsure = __LINE__;  /* foster parenting */
+                return;
+            }
+            html_insert_text(h, c);
+            return;
+        case M_AFTER_BODY:
+        case M_AFTER_AFTER_BODY:
+            if (!space)
+                h->mode = M_IN_BODY;
+            /* fall through */
+        default:  /* in body, in cell */
+            html_reconstruct(h);
+            html_insert_text(h, c);
+            return;
+        }
+    }
+}
+
+/* the code points of the character reference at markup[i] == '&', or 0; *end past it */
+static int
+html_reference(HtmlScan *h, Py_ssize_t i, Py_ssize_t *end, Py_UCS4 points[2])
+{
+    Py_ssize_t n = h->n, j = i + 1;
+    if (j < n && H_AT(h, j) == '#') {
+        j++;
+        int hex = j < n && (H_AT(h, j) | 0x20) == 'x';
+        if (hex)
+            j++;
+        Py_ssize_t start = j;
+        uint32_t value = 0;
+        for (; j < n; j++) {
+            Py_UCS4 c = H_AT(h, j);
+            int digit;
+            if (c >= '0' && c <= '9')
+                digit = (int)(c - '0');
+            else if (hex && (c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+                digit = (int)((c | 0x20) - 'a' + 10);
+            else
+                break;
+            value = value > 0x10FFFF ? value : value * (hex ? 16 : 10) + (uint32_t)digit;
+        }
+        if (j == start)
+            return 0;  /* "&#" or "&#x" with no digits: text */
+        if (j < n && H_AT(h, j) == ';')
+            j++;
+        static const uint16_t c1[32] = {
+            0x20AC, 0x81, 0x201A, 0x0192, 0x201E, 0x2026, 0x2020, 0x2021, 0x02C6, 0x2030,
+            0x0160, 0x2039, 0x0152, 0x8D, 0x017D, 0x8F, 0x90, 0x2018, 0x2019, 0x201C, 0x201D,
+            0x2022, 0x2013, 0x2014, 0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0x9D, 0x017E,
+            0x0178};
+        if (value == 0 || value > 0x10FFFF || (value >= 0xD800 && value <= 0xDFFF))
+            value = 0xFFFD;
+        else if (value >= 0x80 && value <= 0x9F)
+            value = c1[value - 0x80];
+        *end = j;
+        points[0] = value;
+        return 1;
+    }
+    /* a named reference: the longest name of the table that the markup starts with */
+    char name[33];
+    int len = 0;
+    while (len < 32 && j + len < n && html_alnum(H_AT(h, j + len))) {
+        name[len] = (char)H_AT(h, j + len);
+        len++;
+    }
+    if (len < 32 && j + len < n && H_AT(h, j + len) == ';')
+        name[len++] = ';';
+    for (; len > 0; len--) {
+        int lo = 0, hi = HTML_ENTITIES - 1;
+        while (lo <= hi) {
+            int mid = (lo + hi) / 2;
+            const HtmlEntity *e = &html_entities[mid];
+            int cmp = memcmp(e->name, name, (size_t)(e->len < len ? e->len : len));
+            if (cmp == 0)
+                cmp = (int)e->len - len;
+            if (cmp == 0) {
+                *end = j + len;
+                points[0] = e->points[0];
+                points[1] = e->points[1];
+                return e->points[1] ? 2 : 1;
+            }
+            if (cmp < 0)
+                lo = mid + 1;
+            else
+                hi = mid - 1;
+        }
+    }
+    return 0;
+}
+
+/* the text at markup[i] (not '<'): one character or reference; the index after it */
+static Py_ssize_t
+html_text_at(HtmlScan *h, Py_ssize_t i)
+{
+    Py_UCS4 c = H_AT(h, i);
+    if (c == '&') {
+        Py_UCS4 points[2];
+        Py_ssize_t end;
+        int got = html_reference(h, i, &end, points);
+        if (got) {
+            if (h->skip_lf) {  /* a LF from a reference right after <pre>: not followed */
+                h->unsure = __LINE__;
+                return h->n;
+            }
+            for (int k = 0; k < got; k++)
+                html_char(h, points[k]);
+            return end;
+        }
+        html_char(h, '&');
+        return i + 1;
+    }
+    if (c == '\r') {
+        html_char(h, '\n');
+        return i + 1 < h->n && H_AT(h, i + 1) == '\n' ? i + 2 : i + 1;
+    }
+    if (c == 0 || (c >= 0xD800 && c <= 0xDFFF)) {
+        h->unsure = __LINE__;
+        return h->n;
+    }
+    html_char(h, c);
+    return i + 1;
+}
+
+static int
+html_ascii_is(HtmlScan *h, Py_ssize_t start, Py_ssize_t end, const char *lower)
+{
+    Py_ssize_t len = (Py_ssize_t)strlen(lower);
+    if (end - start != len)
+        return 0;
+    for (Py_ssize_t k = 0; k < len; k++) {
+        Py_UCS4 c = H_AT(h, start + k);
+        if ((c >= 'A' && c <= 'Z' ? c + 0x20 : c) != (Py_UCS4)lower[k])
+            return 0;
+    }
+    return 1;
+}
+
+/* One attribute of the tag being read, into h->attributes: an order-blind 64-bit digest of
+ * the (name, value) pairs that Noah's ark compares. A later attribute of the same name is
+ * dropped, as the tokenizer drops it; a value whose text the tokenizer would change (a
+ * reference, CR, NUL) or a tag of many attributes is not digested (attributes_unsure). */
+static void
+html_attribute(HtmlScan *h, Py_ssize_t name, Py_ssize_t name_end, Py_ssize_t value,
+               Py_ssize_t value_end)
+{
+    if (h->n_attributes == HTML_MAX_ATTRIBUTES) {
+        h->attributes_unsure = 1;
+        return;
+    }
+    Py_ssize_t len = name_end - name;
+    for (int k = 0; k < h->n_attributes; k++) {
+        Py_ssize_t other = h->attribute_names[k][0];
+        if (h->attribute_names[k][1] != len)
+            continue;
+        Py_ssize_t j = 0;
+        for (; j < len; j++) {
+            Py_UCS4 a = H_AT(h, name + j), b = H_AT(h, other + j);
+            if ((a >= 'A' && a <= 'Z' ? a + 0x20 : a) != (b >= 'A' && b <= 'Z' ? b + 0x20 : b))
+                break;
+        }
+        if (j == len)
+            return;  /* a duplicate: dropped */
+    }
+    h->attribute_names[h->n_attributes][0] = name;
+    h->attribute_names[h->n_attributes][1] = len;
+    h->n_attributes++;
+    uint64_t digest = FNV_OFFSET;
+    for (Py_ssize_t j = name; j < name_end; j++) {
+        Py_UCS4 c = H_AT(h, j);
+        if (c == 0)
+            h->attributes_unsure = 1;
+        digest = (digest ^ (c >= 'A' && c <= 'Z' ? c + 0x20 : c)) * FNV_PRIME;
+    }
+    digest = (digest ^ 0x110000) * FNV_PRIME;  /* not a code point: ends the name */
+    for (Py_ssize_t j = value; j < value_end; j++) {
+        Py_UCS4 c = H_AT(h, j);
+        if (c == '&' || c == '\r' || c == 0)
+            h->attributes_unsure = 1;
+        digest = (digest ^ c) * FNV_PRIME;
+    }
+    digest ^= digest >> 29;  /* mixed, then summed: the order of the attributes is no matter */
+    h->attributes += digest * 0x9E3779B97F4A7C15ULL + 1;
+}
+
+/* past the attributes of a tag whose name ends at i: the index after its '>', or n (EOF:
+ * the tag is dropped, *complete = 0); h->hidden: its first type attribute is "hidden" */
+static Py_ssize_t
+html_tag_end(HtmlScan *h, Py_ssize_t i, int *complete)
+{
+    Py_ssize_t n = h->n;
+    int seen_type = 0;
+    *complete = 0;
+    h->hidden = 0;
+    h->attributes = 0;
+    h->n_attributes = 0;
+    h->attributes_unsure = 0;
+    for (;;) {
+        /* before attribute name */
+        while (i < n && (html_space(H_AT(h, i)) || H_AT(h, i) == '/'))
+            i++;
+        if (i >= n)
+            return n;
+        if (H_AT(h, i) == '>') {
+            *complete = 1;
+            return i + 1;
+        }
+        Py_ssize_t name_start = i++;  /* the name's first character, '=' included */
+        /* attribute name */
+        while (i < n) {
+            Py_UCS4 c = H_AT(h, i);
+            if (html_space(c) || c == '/' || c == '>' || c == '=')
+                break;
+            i++;
+        }
+        Py_ssize_t name_end = i;
+        int is_type = !seen_type && html_ascii_is(h, name_start, i, "type");
+        seen_type |= is_type;
+        /* after attribute name */
+        while (i < n && html_space(H_AT(h, i)))
+            i++;
+        if (i >= n)
+            return n;
+        if (H_AT(h, i) != '=') {
+            html_attribute(h, name_start, name_end, 0, 0);
+            continue;  /* '/', '>' or a new attribute's name */
+        }
+        i++;
+        /* before attribute value */
+        while (i < n && html_space(H_AT(h, i)))
+            i++;
+        if (i >= n)
+            return n;
+        Py_UCS4 quote = H_AT(h, i);
+        Py_ssize_t value_start = i;
+        if (quote == '"' || quote == '\'') {
+            value_start = ++i;
+            if (h->kind == PyUnicode_1BYTE_KIND) {
+                const Py_UCS1 *at = memchr((const Py_UCS1 *)h->data + i, (int)quote, (size_t)(n - i));
+                i = at == NULL ? n : at - (const Py_UCS1 *)h->data;
+            }
+            else
+                while (i < n && H_AT(h, i) != quote)
+                    i++;
+            if (i >= n)
+                return n;
+            if (is_type)
+                h->hidden = html_ascii_is(h, value_start, i, "hidden");
+            html_attribute(h, name_start, name_end, value_start, i);
+            i++;  /* after the quoted value: anything is the next attribute or the end */
+        }
+        else if (quote != '>') {
+            while (i < n && !html_space(H_AT(h, i)) && H_AT(h, i) != '>')
+                i++;
+            if (is_type)
+                h->hidden = html_ascii_is(h, value_start, i, "hidden");
+            html_attribute(h, name_start, name_end, value_start, i);
+        }
+        else
+            html_attribute(h, name_start, name_end, 0, 0);
+    }
+}
+
+static unsigned char html_tag_len[HTML_TAGS];
+static unsigned char html_letter_start[27];  /* the tags whose name starts with 'a' + k */
+
+static void
+init_html_tags(void)
+{
+    for (int k = 0; k < HTML_TAGS; k++) {
+        html_flags[html_tags[k].id] = html_tags[k].flags;
+        html_tag_len[k] = (unsigned char)strlen(html_tags[k].name);
+    }
+    int k = 0;
+    for (int letter = 0; letter < 27; letter++) {
+        while (k < HTML_TAGS && html_tags[k].name[0] - 'a' < letter)
+            k++;
+        html_letter_start[letter] = (unsigned char)k;
+    }
+}
+
+static int
+html_tag_id(const char *name, int len)
+{
+    int letter = name[0] - 'a';
+    if (letter < 0 || letter >= 26)
+        return T_OTHER;
+    for (int k = html_letter_start[letter]; k < html_letter_start[letter + 1]; k++)
+        if (html_tag_len[k] == len && memcmp(html_tags[k].name, name, (size_t)len) == 0)
+            return html_tags[k].id;
+    return T_OTHER;
+}
+
+/* ---- the tree builder, as far as the text goes ---- */
+
+typedef struct {
+    int id;
+    int len;
+    char name[HTML_NAME_MAX];
+} HtmlTagToken;
+
+static void html_start(HtmlScan *h, HtmlTagToken *t);
+static void html_end(HtmlScan *h, HtmlTagToken *t);
+
+static void
+html_comment(HtmlScan *h)
+{
+    h->skip_lf = 0;
+    switch (h->mode) {
+    case M_INITIAL:
+    case M_BEFORE_HTML:
+    case M_AFTER_BODY:         /* appended to the html element, not the current node */
+    case M_AFTER_AFTER_BODY:   /* appended to the document */
+        return;
+    default:
+        h->merge = 0;
+    }
+}
+
+static void
+html_generic_end(HtmlScan *h, HtmlTagToken *t)
+{
+    for (int k = h->depth - 1; k >= 0; k--) {
+        HtmlOpen *e = &h->open[k];
+        if (html_same(e, t->id, t->name, t->len)) {
+            html_implied_end_tags(h, t->id == T_OTHER ? -1 : t->id);
+            html_pop_to(h, k);  /* open[k] is not an implied one: still there */
+            return;
+        }
+        if (H_FLAGS(e->id) & HF_SPECIAL)
+            return;
+    }
+}
+
+static int
+html_active_of(HtmlScan *h, uint32_t serial)
+{
+    for (int k = h->n_active - 1; k >= 0; k--)
+        if (h->active[k].id != 0 && h->active[k].serial == serial)
+            return k;
+    return -1;
+}
+
+static void
+html_insert_active(HtmlScan *h, int at, HtmlActive entry)
+{
+    if (h->n_active == HTML_MAX_FORMATTING) {
+        h->unsure = __LINE__;
+        return;
+    }
+    memmove(&h->active[at + 1], &h->active[at], (size_t)(h->n_active - at) * sizeof(HtmlActive));
+    h->active[at] = entry;
+    h->n_active++;
+}
+
+static void
+html_remove_open(HtmlScan *h, int k)
+{
+    memmove(&h->open[k], &h->open[k + 1], (size_t)(h->depth - k - 1) * sizeof(HtmlOpen));
+    h->depth--;
+}
+
+/* The adoption agency algorithm on the stack and the list. Where a furthest block exists, the
+ * nodes it moves keep the text's order (the moved subtree was the last child of the chain it
+ * leaves) and the current node either stays or is the new formatting element that took the
+ * furthest block's children: the text node a next character would join is the same, so only
+ * the stack and the list change here. */
+static void
+html_adoption_agency(HtmlScan *h, HtmlTagToken *t)
+{
+    HtmlOpen *top = &H_TOP(h);
+    if (top->id == t->id && html_active_of(h, top->serial) < 0) {
+        html_pop(h);
+        return;
+    }
+    for (int outer = 0; outer < 8 && !h->unsure; outer++) {
+        int a = html_active_index(h, t->id);
+        if (a < 0) {
+            html_generic_end(h, t);
+            return;
+        }
+        int k = html_open_index(h, h->active[a].serial);
+        if (k < 0) {
+            html_remove_active(h, a);
+            return;
+        }
+        for (int j = h->depth - 1; j > k; j--)
+            if (html_boundary(h->open[j].id, SCOPE_DEFAULT))
+                return;  /* not in scope: ignored */
+        int f = k + 1;
+        while (f < h->depth && !(H_FLAGS(h->open[f].id) & HF_SPECIAL))
+            f++;
+        if (f == h->depth) {  /* no furthest block */
+            html_pop_to(h, k);
+            html_remove_active(h, a);  /* html_pop marked it off the stack; a still holds */
+            return;
+        }
+        if (k == 0 || html_tableish(h->open[k - 1].id)) {
+            h->unsure = __LINE__;  /* the common ancestor would foster-parent */
+            return;
+        }
+        uint32_t fe = h->open[k].serial, furthest = h->open[f].serial, last = furthest;
+        int bookmark = a;  /* the new element's place in the list: before this entry */
+        int node = f;
+        for (int inner = 1;; inner++) {
+            node--;
+            if (h->open[node].serial == fe)
+                break;
+            int in_list = html_active_of(h, h->open[node].serial);
+            if (inner > 3 && in_list >= 0) {
+                html_remove_active(h, in_list);
+                if (in_list < bookmark)
+                    bookmark--;
+                in_list = -1;
+            }
+            if (in_list < 0) {
+                html_remove_open(h, node);
+                continue;
+            }
+            uint32_t clone = ++h->serial;  /* a new element for node's token */
+            h->active[in_list].serial = clone;
+            h->open[node].serial = clone;
+            if (last == furthest)
+                bookmark = in_list + 1;
+            last = clone;
+        }
+        /* the new element for the formatting element's token: in the list at the bookmark
+         * (the formatting element leaves it), in the stack just below the furthest block */
+        uint32_t fresh = ++h->serial;
+        a = html_active_of(h, fe);
+        HtmlActive made = h->active[a];
+        made.serial = fresh;
+        made.on_stack = 1;
+        html_insert_active(h, bookmark, made);
+        if (bookmark <= a)
+            a++;
+        html_remove_active(h, a);
+        k = html_open_index(h, fe);
+        html_remove_open(h, k);
+        f = html_open_index(h, furthest);
+        if (h->depth == HTML_MAX_DEPTH) {
+            h->unsure = __LINE__;
+            return;
+        }
+        memmove(&h->open[f + 2], &h->open[f + 1], (size_t)(h->depth - f - 1) * sizeof(HtmlOpen));
+        h->open[f + 1] = (HtmlOpen){(unsigned char)t->id, 0, {0}, fresh};
+        h->depth++;
+    }
+}
+
+static void
+html_body_end(HtmlScan *h, HtmlTagToken *t)
+{
+    int id = t->id, f = H_FLAGS(id), k;
+    if (f & HF_UNSURE) {
+        h->unsure = __LINE__;
+        return;
+    }
+    switch (id) {
+    case T_BODY:
+    case T_HTML:
+        if (html_in_scope(h, T_BODY, SCOPE_DEFAULT) < 0)
+            return;
+        h->mode = id == T_HTML ? M_AFTER_AFTER_BODY : M_AFTER_BODY;
+        return;
+    case T_FORM: {
+        uint32_t form = h->form;
+        h->form = 0;
+        k = form ? html_open_index(h, form) : -1;
+        if (k < 0)
+            return;
+        for (int j = h->depth - 1; j > k; j--)
+            if (html_boundary(h->open[j].id, SCOPE_DEFAULT))
+                return;
+        html_implied_end_tags(h, -1);
+        k = html_open_index(h, form);
+        if (k == h->depth - 1)
+            html_pop(h);
+        else if (k > 0) {  /* taken out of the stack; the current node stays */
+            memmove(&h->open[k], &h->open[k + 1], (size_t)(h->depth - k - 1) * sizeof(HtmlOpen));
+            h->depth--;
+        }
+        return;
+    }
+    case T_P:
+        if (html_in_scope(h, T_P, SCOPE_BUTTON) < 0) {
+            if (html_tableish(H_TOP(h).id)) {
+                h->unsure = __LINE__;
+                return;
+            }
+            html_push(h, T_P, NULL, 0);
+        }
+        html_close_p(h);
+        return;
+    case T_LI:
+        if ((k = html_in_scope(h, T_LI, SCOPE_LIST)) < 0)
+            return;
+        html_implied_end_tags(h, T_LI);
+        html_pop_to(h, html_in_scope(h, T_LI, SCOPE_LIST));
+        return;
+    case T_DD:
+    case T_DT:
+        if (html_in_scope(h, id, SCOPE_DEFAULT) < 0)
+            return;
+        html_implied_end_tags(h, id);
+        html_pop_to(h, html_in_scope(h, id, SCOPE_DEFAULT));
+        return;
+    case T_BR:
+        if (html_tableish(H_TOP(h).id)) {
+            h->unsure = __LINE__;
+            return;
+        }
+        html_reconstruct(h);
+        h->merge = 0;
+        return;
+    }
+    if (f & HF_HEADING) {
+        if (html_in_scope(h, T_H1, SCOPE_DEFAULT) < 0)
+            return;
+        html_implied_end_tags(h, -1);
+        html_pop_to(h, html_in_scope(h, T_H1, SCOPE_DEFAULT));
+        return;
+    }
+    if (f & HF_BLOCK_END) {
+        if (html_in_scope(h, id, SCOPE_DEFAULT) < 0)
+            return;
+        html_implied_end_tags(h, -1);
+        html_pop_to(h, html_in_scope(h, id, SCOPE_DEFAULT));
+        return;
+    }
+    if (f & HF_FORMAT) {
+        html_adoption_agency(h, t);
+        return;
+    }
+    html_generic_end(h, t);
+}
+
+/* an element whose content the tokenizer reads as raw text (html_raw_text) */
+static void
+html_raw_element(HtmlScan *h, int id, int kind)
+{
+    if (kind == RAW_DROP && !h->strip) {
+        h->unsure = __LINE__;
+        return;
+    }
+    html_push(h, id, NULL, 0);
+    h->raw = kind;
+}
+
+static void
+html_body_start_tag(HtmlScan *h, HtmlTagToken *t)
+{
+    int id = t->id, f = H_FLAGS(id);
+    if (f & HF_UNSURE) {
+        h->unsure = __LINE__;
+        return;
+    }
+    if (f & HF_HEAD_VOID) {
+        h->merge = 0;
+        return;
+    }
+    if (f & HF_CLOSE_P) {
+        html_close_p_if_open(h);
+        html_push(h, id, NULL, 0);
+        return;
+    }
+    if (f & HF_HEADING) {
+        html_close_p_if_open(h);
+        if (H_FLAGS(H_TOP(h).id) & HF_HEADING)
+            html_pop(h);
+        html_push(h, id, NULL, 0);
+        return;
+    }
+    if (f & HF_VOID) {
+        html_reconstruct(h);
+        h->merge = 0;
+        return;
+    }
+    if (f & HF_FORMAT) {
+        int open_a = id == T_A ? html_active_index(h, T_A) : -1;
+        if (open_a >= 0) {  /* an <a> in an <a>: the adoption agency for </a>, then it goes */
+            uint32_t old = h->active[open_a].serial;
+            HtmlTagToken end_a = {T_A, 1, "a"};
+            html_adoption_agency(h, &end_a);
+            int k = html_active_of(h, old);
+            if (k >= 0)
+                html_remove_active(h, k);
+            k = html_open_index(h, old);
+            if (k == h->depth - 1)
+                html_pop(h);
+            else if (k >= 0)
+                html_remove_open(h, k);  /* the current node stays */
+            if (h->unsure)
+                return;
+        }
+        html_reconstruct(h);
+        html_push(h, id, NULL, 0);
+        html_push_active(h, id);
+        return;
+    }
+    switch (id) {
+    case T_HTML:
+    case T_BODY:
+    case T_HEAD:
+        return;
+    case T_PRE:
+        html_close_p_if_open(h);
+        html_push(h, id, NULL, 0);
+        h->skip_lf = 1;
+        return;
+    case T_FORM:
+        if (h->form)
+            return;
+        html_close_p_if_open(h);
+        html_push(h, id, NULL, 0);
+        h->form = h->serial;
+        return;
+    case T_LI:
+    case T_DD:
+    case T_DT:
+        for (int k = h->depth - 1; k >= 0; k--) {
+            int here = h->open[k].id;
+            if (id == T_LI ? here == T_LI : (here == T_DD || here == T_DT)) {
+                html_implied_end_tags(h, here);
+                html_pop_to(h, k);
+                break;
+            }
+            if ((H_FLAGS(here) & HF_SPECIAL) && here != T_ADDRESS && here != T_DIV && here != T_P)
+                break;
+        }
+        html_close_p_if_open(h);
+        html_push(h, id, NULL, 0);
+        return;
+    case T_BUTTON: {
+        int k = html_in_scope(h, T_BUTTON, SCOPE_DEFAULT);
+        if (k >= 0) {
+            html_implied_end_tags(h, -1);
+            html_pop_to(h, html_in_scope(h, T_BUTTON, SCOPE_DEFAULT));
+        }
+        html_reconstruct(h);
+        html_push(h, id, NULL, 0);
+        return;
+    }
+    case T_TABLE:
+        if (html_in_scope(h, T_P, SCOPE_BUTTON) >= 0) {  /* closed first unless in quirks mode */
+            if (h->quirks < 0) {
+                h->unsure = __LINE__;
+                return;
+            }
+            if (h->quirks == 0)
+                html_close_p(h);
+        }
+        html_push(h, id, NULL, 0);
+        h->mode = M_IN_TABLE;
+        return;
+    case T_HR:
+        html_close_p_if_open(h);
+        h->merge = 0;
+        return;
+    case T_PARAM:
+    case T_SOURCE:
+    case T_TRACK:
+        h->merge = 0;
+        return;
+    case T_TBODY: case T_TD: case T_TFOOT: case T_TH: case T_THEAD: case T_TR:
+        return;  /* ignored in body */
+    case T_TITLE:  /* the rules for in head: no reconstruction */
+    case T_TEXTAREA:
+        html_raw_element(h, id, RAW_RCDATA);
+        return;
+    case T_STYLE:
+    case T_SCRIPT:
+        html_raw_element(h, id, RAW_DROP);
+        return;
+    case T_XMP:
+        html_close_p_if_open(h);
+        html_reconstruct(h);
+        /* fall through */
+    case T_IFRAME:
+    case T_NOEMBED:
+    case T_NOFRAMES:
+        html_raw_element(h, id, RAW_KEEP);
+        return;
+    }
+    html_reconstruct(h);
+    html_push(h, id, t->name, t->len);
+}
+
+static void
+html_reset_mode(HtmlScan *h)
+{
+    for (int k = h->depth - 1; k >= 0; k--) {
+        int id = h->open[k].id;
+        if ((id == T_TD || id == T_TH) && k > 0) { h->mode = M_IN_CELL; return; }
+        if (id == T_TR) { h->mode = M_IN_ROW; return; }
+        if (id == T_TBODY || id == T_THEAD || id == T_TFOOT) { h->mode = M_IN_TABLE_BODY; return; }
+        if (id == T_TABLE) { h->mode = M_IN_TABLE; return; }
+        if (id == T_BODY) { h->mode = M_IN_BODY; return; }
+        if (H_FLAGS(id) & HF_UNSURE || id == T_HTML || id == T_HEAD) break;
+    }
+    h->unsure = __LINE__;
+}
+
+static void
+html_clear_to(HtmlScan *h, int a, int b, int c)
+{
+    while (!h->unsure) {
+        int id = H_TOP(h).id;
+        if (id == a || id == b || id == c || id == T_HTML || id == T_TEMPLATE)
+            return;
+        html_pop(h);
+    }
+}
+
+static int
+html_table_section_in_scope(HtmlScan *h)
+{
+    return html_in_scope(h, T_TBODY, SCOPE_TABLE) >= 0 || html_in_scope(h, T_THEAD, SCOPE_TABLE) >= 0
+           || html_in_scope(h, T_TFOOT, SCOPE_TABLE) >= 0;
+}
+
+static void
+html_close_cell(HtmlScan *h)
+{
+    html_implied_end_tags(h, -1);
+    while (!h->unsure) {
+        int id = H_TOP(h).id;
+        html_pop(h);
+        if (id == T_TD || id == T_TH)
+            break;
+    }
+    html_clear_to_marker(h);
+    h->mode = M_IN_ROW;
+}
+
+static void
+html_start(HtmlScan *h, HtmlTagToken *t)
+{
+    int id = t->id;
+    h->skip_lf = 0;
+    while (!h->unsure) {
+        switch (h->mode) {
+        case M_INITIAL:
+        case M_BEFORE_HTML:
+            html_push(h, T_HTML, NULL, 0);
+            h->mode = M_BEFORE_HEAD;
+            if (id == T_HTML)
+                return;
+            continue;
+        case M_BEFORE_HEAD:
+            if (id == T_HTML)
+                return;
+            html_push(h, T_HEAD, NULL, 0);
+            h->mode = M_IN_HEAD;
+            if (id == T_HEAD)
+                return;
+            continue;
+        case M_IN_HEAD:
+            if (id == T_HTML || id == T_HEAD)
+                return;
+            if (H_FLAGS(id) & HF_HEAD_VOID) {
+                h->merge = 0;
+                return;
+            }
+            if (id == T_TITLE || id == T_NOFRAMES || id == T_STYLE || id == T_SCRIPT) {
+                html_raw_element(h, id, id == T_TITLE      ? RAW_RCDATA
+                                        : id == T_NOFRAMES ? RAW_KEEP
+                                                           : RAW_DROP);
+                return;
+            }
+            if (id == T_NOSCRIPT || id == T_TEMPLATE) {
+                h->unsure = __LINE__;
+                return;
+            }
+            html_pop(h);
+            h->mode = M_AFTER_HEAD;
+            continue;
+        case M_AFTER_HEAD:
+            if (id == T_HTML || id == T_HEAD)
+                return;
+            if (id == T_BODY) {
+                html_push(h, T_BODY, NULL, 0);
+                h->mode = M_IN_BODY;
+                return;
+            }
+            if (H_FLAGS(id) & HF_HEAD_VOID)
+                return;  /* into the head element: the current node has no new child */
+            if (id == T_STYLE || id == T_SCRIPT) {  /* into the head: html's children stay */
+                h->raw_merge = h->merge;
+                html_raw_element(h, id, RAW_DROP);
+                return;
+            }
+            if (id == T_FRAMESET || id == T_TITLE || id == T_NOFRAMES || id == T_TEMPLATE) {
+                h->unsure = __LINE__;
+                return;
+            }
+            html_push(h, T_BODY, NULL, 0);
+            h->mode = M_IN_BODY;
+            continue;
+        case M_AFTER_BODY:
+        case M_AFTER_AFTER_BODY:
+            if (id == T_HTML)
+                return;
+            h->mode = M_IN_BODY;
+            continue;
+        case M_IN_TABLE:
+            switch (id) {
+            case T_TBODY: case T_THEAD: case T_TFOOT:
+                html_clear_to(h, T_TABLE, T_TABLE, T_TABLE);
+                html_push(h, id, NULL, 0);
+                h->mode = M_IN_TABLE_BODY;
+                return;
+            case T_TD: case T_TH: case T_TR:
+                html_clear_to(h, T_TABLE, T_TABLE, T_TABLE);
+                html_push(h, T_TBODY, NULL, 0);
+                h->mode = M_IN_TABLE_BODY;
+                continue;
+            case T_FORM:
+                if (h->form)
+                    return;
+                html_push(h, T_FORM, NULL, 0);
+                h->form = h->serial;
+                html_pop(h);
+                return;
+            case T_STYLE:
+            case T_SCRIPT:
+                html_raw_element(h, id, RAW_DROP);
+                return;
+            case T_INPUT:
+                if (h->hidden) {  /* stays in the table */
+                    h->merge = 0;
+                    return;
+                }
+                break;
+            }
+            h->unsure = __LINE__;  /* caption, col, a nested table, or fostered content */
+            return;
+        case M_IN_TABLE_BODY:
+            switch (id) {
+            case T_TR:
+                html_clear_to(h, T_TBODY, T_THEAD, T_TFOOT);
+                html_push(h, T_TR, NULL, 0);
+                h->mode = M_IN_ROW;
+                return;
+            case T_TD: case T_TH:
+                html_clear_to(h, T_TBODY, T_THEAD, T_TFOOT);
+                html_push(h, T_TR, NULL, 0);
+                h->mode = M_IN_ROW;
+                continue;
+            case T_TBODY: case T_THEAD: case T_TFOOT:
+                if (!html_table_section_in_scope(h))
+                    return;
+                html_clear_to(h, T_TBODY, T_THEAD, T_TFOOT);
+                html_pop(h);
+                h->mode = M_IN_TABLE;
+                continue;
+            }
+            h->mode = M_IN_TABLE;  /* "process using the rules for in table" */
+            html_start(h, t);
+            if (h->mode == M_IN_TABLE)
+                h->mode = M_IN_TABLE_BODY;
+            return;
+        case M_IN_ROW:
+            switch (id) {
+            case T_TD: case T_TH:
+                html_clear_to(h, T_TR, T_TR, T_TR);
+                html_push(h, id, NULL, 0);
+                h->mode = M_IN_CELL;
+                html_push_marker(h);
+                return;
+            case T_TBODY: case T_THEAD: case T_TFOOT: case T_TR:
+                if (html_in_scope(h, T_TR, SCOPE_TABLE) < 0)
+                    return;
+                html_clear_to(h, T_TR, T_TR, T_TR);
+                html_pop(h);
+                h->mode = M_IN_TABLE_BODY;
+                continue;
+            }
+            h->mode = M_IN_TABLE;
+            html_start(h, t);
+            if (h->mode == M_IN_TABLE)
+                h->mode = M_IN_ROW;
+            return;
+        case M_IN_CELL:
+            if (H_FLAGS(id) & HF_TABLE_PART) {
+                if (html_in_scope(h, T_TD, SCOPE_TABLE) < 0 && html_in_scope(h, T_TH, SCOPE_TABLE) < 0)
+                    return;
+                html_close_cell(h);
+                continue;
+            }
+            html_body_start_tag(h, t);
+            return;
+        default:
+            html_body_start_tag(h, t);
+            return;
+        }
+    }
+}
+
+static void
+html_end(HtmlScan *h, HtmlTagToken *t)
+{
+    int id = t->id;
+    h->skip_lf = 0;
+    while (!h->unsure) {
+        switch (h->mode) {
+        case M_INITIAL:
+        case M_BEFORE_HTML:
+            if (id != T_HEAD && id != T_BODY && id != T_HTML && id != T_BR)
+                return;
+            html_push(h, T_HTML, NULL, 0);
+            h->mode = M_BEFORE_HEAD;
+            continue;
+        case M_BEFORE_HEAD:
+            if (id != T_HEAD && id != T_BODY && id != T_HTML && id != T_BR)
+                return;
+            html_push(h, T_HEAD, NULL, 0);
+            h->mode = M_IN_HEAD;
+            continue;
+        case M_IN_HEAD:
+            if (id == T_TEMPLATE) {
+                h->unsure = __LINE__;
+                return;
+            }
+            if (id != T_HEAD && id != T_BODY && id != T_HTML && id != T_BR)
+                return;
+            html_pop(h);
+            h->mode = M_AFTER_HEAD;
+            if (id == T_HEAD)
+                return;
+            continue;
+        case M_AFTER_HEAD:
+            if (id == T_TEMPLATE) {
+                h->unsure = __LINE__;
+                return;
+            }
+            if (id != T_BODY && id != T_HTML && id != T_BR)
+                return;
+            html_push(h, T_BODY, NULL, 0);
+            h->mode = M_IN_BODY;
+            continue;
+        case M_AFTER_BODY:
+            if (id == T_HTML) {
+                h->mode = M_AFTER_AFTER_BODY;
+                return;
+            }
+            h->mode = M_IN_BODY;
+            continue;
+        case M_AFTER_AFTER_BODY:
+            h->mode = M_IN_BODY;
+            continue;
+        case M_IN_TABLE:
+            switch (id) {
+            case T_TABLE: {
+                int k = html_in_scope(h, T_TABLE, SCOPE_TABLE);
+                if (k < 0)
+                    return;
+                html_pop_to(h, k);
+                html_reset_mode(h);
+                return;
+            }
+            case T_BODY: case T_CAPTION: case T_COL: case T_COLGROUP: case T_HTML: case T_TBODY:
+            case T_TD: case T_TFOOT: case T_TH: case T_THEAD: case T_TR:
+                return;
+            }
+            {  /* in body, with foster parenting: only what changes nothing is followed */
+                int depth = h->depth;
+                html_body_end(h, t);
+                if (h->depth != depth || h->mode != M_IN_TABLE)
+                    h->unsure = __LINE__;
+            }
+            return;
+        case M_IN_TABLE_BODY:
+            switch (id) {
+            case T_TBODY: case T_THEAD: case T_TFOOT:
+                if (html_in_scope(h, id, SCOPE_TABLE) < 0)
+                    return;
+                html_clear_to(h, T_TBODY, T_THEAD, T_TFOOT);
+                html_pop(h);
+                h->mode = M_IN_TABLE;
+                return;
+            case T_TABLE:
+                if (!html_table_section_in_scope(h))
+                    return;
+                html_clear_to(h, T_TBODY, T_THEAD, T_TFOOT);
+                html_pop(h);
+                h->mode = M_IN_TABLE;
+                continue;
+            case T_BODY: case T_CAPTION: case T_COL: case T_COLGROUP: case T_HTML: case T_TD:
+            case T_TH: case T_TR:
+                return;
+            }
+            h->mode = M_IN_TABLE;
+            html_end(h, t);
+            if (h->mode == M_IN_TABLE)
+                h->mode = M_IN_TABLE_BODY;
+            return;
+        case M_IN_ROW:
+            switch (id) {
+            case T_TR:
+                if (html_in_scope(h, T_TR, SCOPE_TABLE) < 0)
+                    return;
+                html_clear_to(h, T_TR, T_TR, T_TR);
+                html_pop(h);
+                h->mode = M_IN_TABLE_BODY;
+                return;
+            case T_TABLE:
+                if (html_in_scope(h, T_TR, SCOPE_TABLE) < 0)
+                    return;
+                html_clear_to(h, T_TR, T_TR, T_TR);
+                html_pop(h);
+                h->mode = M_IN_TABLE_BODY;
+                continue;
+            case T_TBODY: case T_THEAD: case T_TFOOT:
+                if (html_in_scope(h, id, SCOPE_TABLE) < 0 || html_in_scope(h, T_TR, SCOPE_TABLE) < 0)
+                    return;
+                html_clear_to(h, T_TR, T_TR, T_TR);
+                html_pop(h);
+                h->mode = M_IN_TABLE_BODY;
+                continue;
+            case T_BODY: case T_CAPTION: case T_COL: case T_COLGROUP: case T_HTML: case T_TD:
+            case T_TH:
+                return;
+            }
+            h->mode = M_IN_TABLE;
+            html_end(h, t);
+            if (h->mode == M_IN_TABLE)
+                h->mode = M_IN_ROW;
+            return;
+        case M_IN_CELL:
+            switch (id) {
+            case T_TD: case T_TH: {
+                int k = html_in_scope(h, id, SCOPE_TABLE);
+                if (k < 0)
+                    return;
+                html_implied_end_tags(h, -1);
+                html_pop_to(h, html_in_scope(h, id, SCOPE_TABLE));
+                html_clear_to_marker(h);
+                h->mode = M_IN_ROW;
+                return;
+            }
+            case T_BODY: case T_CAPTION: case T_COL: case T_COLGROUP: case T_HTML:
+                return;
+            case T_TABLE: case T_TBODY: case T_TFOOT: case T_THEAD: case T_TR:
+                if (html_in_scope(h, id, SCOPE_TABLE) < 0)
+                    return;
+                html_close_cell(h);
+                continue;
+            }
+            html_body_end(h, t);
+            return;
+        default:
+            html_body_end(h, t);
+            return;
+        }
+    }
+}
+
+/* markup[j..] starts with an ASCII-case-blind "script" that the next character ends */
+static int
+html_script_name(HtmlScan *h, Py_ssize_t j)
+{
+    if (j + 6 >= h->n || !html_ascii_is(h, j, j + 6, "script"))
+        return 0;
+    Py_UCS4 after = H_AT(h, j + 6);
+    return html_space(after) || after == '/' || after == '>';
+}
+
+/* A script's data from j, just past a "<!--" in it: the escaped and double escaped states
+ * of the tokenizer, back to plain script data after a "-->". The index after the script's
+ * end tag, or n. */
+static Py_ssize_t
+html_script_escaped(HtmlScan *h, Py_ssize_t j)
+{
+    Py_ssize_t n = h->n;
+    int escaped = 1, doubly = 0, dashes = 2, complete;
+    while (j < n) {
+        Py_UCS4 c = H_AT(h, j);
+        if (!escaped) {  /* script data */
+            if (c == '<' && j + 1 < n && H_AT(h, j + 1) == '/' && html_script_name(h, j + 2))
+                return html_tag_end(h, j + 8, &complete);
+            if (c == '<' && j + 3 < n && H_AT(h, j + 1) == '!' && H_AT(h, j + 2) == '-'
+                && H_AT(h, j + 3) == '-') {
+                escaped = 1;
+                dashes = 2;
+                j += 4;
+                continue;
+            }
+            j++;
+            continue;
+        }
+        if (c == '-') {
+            dashes += dashes < 2;
+            j++;
+            continue;
+        }
+        if (c == '>' && dashes == 2) {
+            escaped = doubly = 0;
+            j++;
+            continue;
+        }
+        dashes = 0;
+        if (c == '<') {
+            if (j + 1 < n && H_AT(h, j + 1) == '/' && html_script_name(h, j + 2)) {
+                if (!doubly)
+                    return html_tag_end(h, j + 8, &complete);
+                doubly = 0;  /* the end of the double escape */
+                j += 8;
+                continue;
+            }
+            if (!doubly && html_script_name(h, j + 1)) {
+                doubly = 1;
+                j += 7;
+                continue;
+            }
+        }
+        j++;
+    }
+    return n;
+}
+
+/* the content of the raw text element t just opened, from j: the index after its end tag */
+static Py_ssize_t
+html_raw_text(HtmlScan *h, Py_ssize_t j, HtmlTagToken *t)
+{
+    Py_ssize_t n = h->n;
+    int kind = h->raw, keep = kind != RAW_DROP, complete;
+    h->raw = 0;
+    h->rcdata = keep;
+    if (t->id == T_TEXTAREA && j < n) {  /* a LF right after the start tag is dropped */
+        Py_UCS4 c = H_AT(h, j);
+        if (c == '\n')
+            j++;
+        else if (c == '\r')
+            j += j + 1 < n && H_AT(h, j + 1) == '\n' ? 2 : 1;
+        else if (c == '&')
+            h->unsure = __LINE__;
+    }
+    while (j < n && !h->unsure) {
+        Py_UCS4 c = H_AT(h, j);
+        if (c == '<') {
+            if (j + 2 + t->len < n && H_AT(h, j + 1) == '/') {
+                int match = 1;
+                for (int k = 0; match && k < t->len; k++) {
+                    Py_UCS4 d = H_AT(h, j + 2 + k);
+                    match = (d >= 'A' && d <= 'Z' ? d + 0x20 : d) == (Py_UCS4)t->name[k];
+                }
+                Py_UCS4 after = H_AT(h, j + 2 + t->len);
+                if (match && (html_space(after) || after == '/' || after == '>')) {
+                    j = html_tag_end(h, j + 2 + t->len, &complete);
+                    break;
+                }
+            }
+            if (t->id == T_SCRIPT && j + 3 < n && H_AT(h, j + 1) == '!' && H_AT(h, j + 2) == '-'
+                && H_AT(h, j + 3) == '-') {
+                j = html_script_escaped(h, j + 4);
+                break;
+            }
+            if (keep)
+                html_char(h, '<');
+            j++;
+        }
+        else if (!keep)
+            j++;
+        else if (kind == RAW_RCDATA || c == '\r' || c == 0 || (c >= 0xD800 && c <= 0xDFFF))
+            j = kind == RAW_RCDATA || c != '&' ? html_text_at(h, j) : j + 1;
+        else {
+            html_char(h, c);
+            j++;
+        }
+    }
+    h->rcdata = 0;
+    if (H_TOP(h).id == t->id)
+        html_pop(h);
+    else
+        h->unsure = __LINE__;
+    if (h->raw_merge >= 0) {
+        h->merge = h->raw_merge;
+        h->raw_merge = -1;
+    }
+    return j;
+}
+
+/* markup[i] == '<': the token it starts; the index after it */
+static Py_ssize_t
+html_markup_at(HtmlScan *h, Py_ssize_t i)
+{
+    Py_ssize_t n = h->n, j = i + 1;
+    Py_UCS4 c = j < n ? H_AT(h, j) : 0;
+    int end_tag = 0;
+    if (c == '/') {
+        end_tag = 1;
+        j++;
+        c = j < n ? H_AT(h, j) : 0;
+        if (j >= n) {  /* "</" at the end: text */
+            html_char(h, '<');
+            html_char(h, '/');
+            return n;
+        }
+        if (c == '>')
+            return j + 1;  /* "</>": no token at all */
+        if (!html_alpha(c))
+            goto bogus_comment;
+    }
+    else if (c == '!') {
+        if (j + 2 < n && H_AT(h, j + 1) == '-' && H_AT(h, j + 2) == '-') {
+            Py_ssize_t k = j + 3;  /* the comment's first character */
+            if (k < n && H_AT(h, k) == '>')
+                k += 1;
+            else if (k + 1 < n && H_AT(h, k) == '-' && H_AT(h, k + 1) == '>')
+                k += 2;
+            else {
+                for (; k < n; k++)
+                    if (H_AT(h, k) == '-' && k + 2 < n && H_AT(h, k + 1) == '-') {
+                        if (H_AT(h, k + 2) == '>') {
+                            k += 3;
+                            break;
+                        }
+                        if (H_AT(h, k + 2) == '!' && k + 3 < n && H_AT(h, k + 3) == '>') {
+                            k += 4;
+                            break;
+                        }
+                    }
+            }
+            html_comment(h);
+            return k < n ? k : n;
+        }
+        static const char doctype[] = "doctype";
+        int is_doctype = j + 7 < n + 0;
+        for (int k = 0; is_doctype && k < 7; k++)
+            is_doctype = (H_AT(h, j + 1 + k) | 0x20) == (Py_UCS4)doctype[k];
+        if (is_doctype) {
+            Py_ssize_t k = j + 8;
+            while (k < n && H_AT(h, k) != '>')
+                k++;
+            h->skip_lf = 0;
+            if (h->mode == M_INITIAL) {
+                h->mode = M_BEFORE_HTML;
+                Py_ssize_t name = j + 8;
+                while (name < k && html_space(H_AT(h, name)))
+                    name++;
+                Py_ssize_t name_end = name;
+                while (name_end < k && !html_space(H_AT(h, name_end)))
+                    name_end++;
+                Py_ssize_t rest = name_end;
+                while (rest < k && html_space(H_AT(h, rest)))
+                    rest++;
+                /* no quirks for <!DOCTYPE html>; the other doctypes are not told apart here */
+                h->quirks = k < n && rest == k && html_ascii_is(h, name, name_end, "html") ? 0 : -1;
+            }
+            return k < n ? k + 1 : n;
+        }
+        goto bogus_comment;
+    }
+    else if (c == '?') {
+        goto bogus_comment;
+    }
+    else if (!html_alpha(c)) {
+        html_char(h, '<');
+        return i + 1;
+    }
+    /* a tag name */
+    HtmlTagToken t;
+    int len = 0;
+    while (j < n) {
+        c = H_AT(h, j);
+        if (html_space(c) || c == '/' || c == '>')
+            break;
+        if (c >= 128 || c == 0 || len == HTML_NAME_MAX) {
+            h->unsure = __LINE__;
+            return n;
+        }
+        t.name[len++] = (char)(c >= 'A' && c <= 'Z' ? c + 0x20 : c);
+        j++;
+    }
+    t.len = len;
+    t.id = html_tag_id(t.name, len);
+    int complete;
+    j = html_tag_end(h, j, &complete);
+    if (!complete)
+        return n;  /* EOF in a tag: dropped */
+    if (end_tag) {
+        html_end(h, &t);
+        return j;
+    }
+    html_start(h, &t);
+    if (h->raw && !h->unsure)
+        j = html_raw_text(h, j, &t);
+    return j;
+bogus_comment:
+    while (j < n && H_AT(h, j) != '>')
+        j++;
+    html_comment(h);
+    return j < n ? j + 1 : n;
+}
+
+PyDoc_STRVAR(html_text_doc,
+"html_text(markup, strip, /)\n--\n\n"
+"The text nodes of the HTML5 tree of ``markup``, joined by ' ', where this scanner is sure\n"
+"of them (the selectolax path's text before its strip); None where it is not.");
+
+static PyObject *
+html_text(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *markup;
+    int strip;
+    if (!PyArg_ParseTuple(args, "Up:html_text", &markup, &strip))
+        return NULL;
+    HtmlScan *h = PyMem_Malloc(sizeof(HtmlScan));
+    if (h == NULL)
+        return PyErr_NoMemory();
+    memset(h, 0, offsetof(HtmlScan, open));
+    h->data = PyUnicode_DATA(markup);
+    h->kind = PyUnicode_KIND(markup);
+    h->n = PyUnicode_GET_LENGTH(markup);
+    h->formatting_ok = 1;
+    h->strip = strip;
+    h->raw_merge = -1;
+    h->quirks = 1;
+    h->out_cap = h->n + 64;  /* the text is never longer, but for a separator or two */
+    h->out = PyMem_Malloc((size_t)h->out_cap * sizeof(Py_UCS4));
+    if (h->out == NULL) {
+        PyMem_Free(h);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t i = 0, n = h->n;
+    if (h->kind != PyUnicode_1BYTE_KIND)  /* selectolax drops lone surrogates, markup included */
+        for (Py_ssize_t k = 0; k < n && !h->unsure; k++) {
+            Py_UCS4 c = H_AT(h, k);
+            if (c >= 0xD800 && c <= 0xDFFF)
+                h->unsure = __LINE__;
+        }
+    while (i < n && !h->unsure) {
+        Py_UCS4 c = H_AT(h, i);
+        if (c == '<')
+            i = html_markup_at(h, i);
+        else if (c != '&' && c != '\r' && c != 0 && !(c >= 0xD800 && c <= 0xDFFF) && h->merge
+                 && h->formatting_ok && !h->skip_lf
+                 && (h->mode == M_IN_BODY || h->mode == M_IN_CELL)) {
+            /* the common case: more characters of the same text node, up to the next one
+             * that is not plain text */
+            Py_ssize_t end = i + 1;
+            if (h->kind == PyUnicode_1BYTE_KIND) {
+                const Py_UCS1 *d = h->data;
+                while (end < n && !html_stop[d[end]])
+                    end++;
+                if (html_grow(h, end - i) < 0)
+                    break;
+                for (Py_ssize_t k = i; k < end; k++)
+                    h->out[h->out_len++] = d[k];
+            }
+            else {
+                for (; end < n; end++) {
+                    Py_UCS4 d = H_AT(h, end);
+                    if ((d < 256 && html_stop[d]) || (d >= 0xD800 && d <= 0xDFFF))
+                        break;
+                }
+                if (html_grow(h, end - i) < 0)
+                    break;
+                for (Py_ssize_t k = i; k < end; k++)
+                    h->out[h->out_len++] = H_AT(h, k);
+            }
+            i = end;
+        }
+        else
+            i = html_text_at(h, i);
+    }
+    PyObject *result;
+    if (h->nomem)
+        result = PyErr_NoMemory();
+    else if (h->unsure)
+#ifdef HTML_WHY_UNSURE  /* a development build: the line that gave up, to find what to add */
+        result = PyLong_FromLong(h->unsure);
+#else
+        result = Py_NewRef(Py_None);
+#endif
+    else
+        result = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, h->out, h->out_len);
+    PyMem_Free(h->out);
+    PyMem_Free(h);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
+    {"html_text", (PyCFunction)html_text, METH_VARARGS, html_text_doc},
     {"read_top", (PyCFunction)read_top, METH_VARARGS, read_top_doc},
     {"has_han", (PyCFunction)has_han, METH_O, has_han_doc},
     {"has_encoded_word", (PyCFunction)has_encoded_word, METH_O, has_encoded_word_doc},
@@ -2246,6 +4188,7 @@ PyInit__tokens(void)
     if (PyType_Ready(&WordCounterType) < 0)
         return NULL;
     init_shape_classes();
+    init_html_tags();
     for (int k = 0; k < TOP_NAMES; k++)
         if (top_names[k] == NULL
             && (top_names[k] = PyUnicode_InternFromString(top_name_text[k])) == NULL)

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamnb.features import Features, FeaturizationError, Featurizer, FeaturizerOptions
+from streamnb.features.native import _tokens
 
 CEILING_SECONDS = 10.0  # per message, far above the 1 s budget: a hang, not a slow machine
 FEATURIZER = Featurizer(FeaturizerOptions(meta_features=True, bigrams=True))
@@ -253,3 +254,33 @@ def test_long_repetitions_take_linear_time(place, unit):
     featurize(raw)
     if place == "html":
         featurize(raw, Featurizer(FeaturizerOptions(html="strip")))
+
+
+_HTML_MEGABYTES = {
+    "deep nesting": "<div>" * 200_000,
+    "formatting nesting": "<b>" * 300_000,
+    "misnested formatting": "<b><p></b>" * 100_000,
+    "tables in cells": "<table><tr><td>" * 60_000,
+    "a in a": "<a>x" * 250_000,
+    "list items": "<li>" * 250_000,
+    "less-thans": "<" * 1_000_000,
+    "ampersands": "&" * 1_000_000,
+    "reference-like names": "&aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" * 25_000,
+    "unclosed comment": "<!--" + "a" * 1_000_000,
+    "unclosed attribute value": '<a x="' + "a" * 1_000_000,
+    "many attributes": "<font " + "x=1 " * 250_000,
+    "script escapes": "<script><!--" + "<script>" * 120_000,
+    "title end tag prefixes": "<title>" + "</titl" * 160_000,
+}
+
+
+@pytest.mark.skipif(_tokens is None, reason="the C extension is not built")
+@pytest.mark.parametrize("name", list(_HTML_MEGABYTES))
+def test_the_html_scanner_takes_linear_time(name):
+    """A megabyte of hostile markup: the scanner reads it or gives up, in milliseconds."""
+    markup = _HTML_MEGABYTES[name]
+    start = time.perf_counter()
+    text = _tokens.html_text(markup, True)
+    elapsed = time.perf_counter() - start
+    assert text is None or isinstance(text, str)
+    assert elapsed < 1.0  # about 20 ms at most on an idle machine
