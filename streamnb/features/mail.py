@@ -44,7 +44,7 @@ from typing import NamedTuple
 from streamnb.features import native as _native_path
 from streamnb.features.charsets import codec_for, decode_text
 from streamnb.features.errors import FeaturizationError
-from streamnb.features.html import html_to_text
+from streamnb.features.html import MAX_PARSED_TAGS, html_to_text
 from streamnb.features.options import FeaturizerOptions
 
 __all__ = [
@@ -80,6 +80,8 @@ DEFECTS = {
     "unknown_transfer_encoding": "a Content-Transfer-Encoding RFC 2045 does not define: "
     "the body read as it is",
     "invalid_base64": "a base64 body with bytes outside the alphabet or bad padding: repaired",
+    "html_too_many_tags": "an HTML part with more than MAX_PARSED_TAGS tags: its text read by "
+    "the linear tag strip, not the HTML parser",
 }
 
 # Interned, as the names _header_re gives the fields: _tokens.first_values then finds each
@@ -831,7 +833,11 @@ def _read_leaf(
     )
     if ctype == "text/html" or (ctype != "text/plain" and _looks_like_html(text)):
         html = budget.spend_text(text)
-        mail.parts.append(TextPart(ctype, charset, html_to_text(html, options.html), html))
+        method = options.html
+        if method != "strip" and html.count("<") > MAX_PARSED_TAGS:
+            _note(defects, "html_too_many_tags")
+            method = "strip"
+        mail.parts.append(TextPart(ctype, charset, html_to_text(html, method), html))
     else:
         mail.parts.append(TextPart(ctype, charset, budget.spend_text(text)))
 

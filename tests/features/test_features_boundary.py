@@ -298,6 +298,7 @@ def test_every_defect_is_documented():
         b"Content-Type: multipart/mixed; boundary=Q\n\n--Q\n\nx",
         b"Content-Transfer-Encoding: x-y\n\nx", b"Content-Transfer-Encoding: base64\n\naGk*\n",
         b"Subject: =?utf-8?b?5Y+R\n56Wo?=\n\nx",
+        b"Content-Type: text/html\n\n" + b"<p>" * 20_001,
     ]
     seen = {d for raw in raws for d in read_mail(raw).defects}
     assert seen == set(DEFECTS)

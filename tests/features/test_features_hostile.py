@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamnb.features import Features, FeaturizationError, Featurizer, FeaturizerOptions
+from streamnb.features.html import MAX_PARSED_TAGS
 from streamnb.features.native import _tokens
 
 CEILING_SECONDS = 10.0  # per message, far above the 1 s budget: a hang, not a slow machine
@@ -284,3 +285,25 @@ def test_the_html_scanner_takes_linear_time(name):
     elapsed = time.perf_counter() - start
     assert text is None or isinstance(text, str)
     assert elapsed < 1.0  # about 20 ms at most on an idle machine
+
+
+@pytest.mark.parametrize("name", list(_HTML_MEGABYTES))
+def test_a_megabyte_of_hostile_markup_is_read_in_bounded_time(name):
+    """Through the whole reader, whichever HTML path takes it: a part the scanner gives up
+    on goes to the HTML parser only with few enough tags for its tree (deep nesting took it
+    two minutes), and to the linear tag strip otherwise."""
+    markup = _HTML_MEGABYTES[name]
+    raw = b"Content-Type: text/html\n\n" + markup.encode() + b"<p>end"
+    features = featurize(raw, Featurizer(FeaturizerOptions(max_text_chars=2_000_000)))
+    many = markup.count("<") > MAX_PARSED_TAGS
+    assert ("html_too_many_tags" in features.defects) == many
+
+
+def test_markup_with_tags_up_to_the_limit_is_parsed_as_html():
+    """At the limit the part is still read by the HTML path, and one tag more by the strip."""
+    at_limit = "<p>x" * (MAX_PARSED_TAGS - 2) + "<script>hidden</script>"
+    assert at_limit.count("<") == MAX_PARSED_TAGS
+    features = featurize(b"Content-Type: text/html\n\n" + at_limit.encode())
+    assert "html_too_many_tags" not in features.defects
+    over = featurize(b"Content-Type: text/html\n\n" + (at_limit + "<p>").encode())
+    assert "html_too_many_tags" in over.defects
