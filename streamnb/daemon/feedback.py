@@ -93,11 +93,6 @@ def decide(entry: Entry | None, label: str) -> str:
     return "relabelled"
 
 
-
-def _exact(data: bytes) -> bytes:
-    """``data`` in a bytes object of its own size (see :meth:`FeedbackStore.encode_x`)."""
-    return memoryview(data).tobytes()
-
 class FeedbackStore:
     """Recent messages by id, bounded by ``max_ids`` and ``max_bytes``, oldest evicted first."""
 
@@ -149,7 +144,7 @@ class FeedbackStore:
         65 MB of such buffers, memory the allocator handed back to the system and faulted in
         again every batch (two page faults a mail)."""
         try:
-            return _exact(orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY))
+            return memoryview(orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY)).tobytes()
         except orjson.JSONEncodeError as error:
             raise TypeError(f"model input cannot be stored: {error}") from None
 
