@@ -198,9 +198,10 @@ class FeedbackStore:
         without a learn clock: the same entries, runs, bytes and evictions, with the newest
         run, the counts and the lookups kept across the entries (a call each, with its
         lookups, was the largest part of a short message's bookkeeping in the daemon's batch
-        step), and the entries priced a batch at a time (:func:`entry_costs`). ``x_jsons`` are kept as they are (:meth:`remember`: :meth:`encode_x`'s bytes).
-        An id the store holds already goes through :meth:`remember`. Returns how many old
-        entries were evicted."""
+        step), and the entries priced a batch at a time (:func:`entry_costs`). ``x_jsons``
+        are kept as they are (:meth:`remember`: :meth:`encode_x`'s bytes). An id the store
+        holds already goes through :meth:`remember`. Returns how many old entries were
+        evicted."""
         entries, runs, run_bytes = self._entries, self._runs, self._run_bytes
         changed_runs, run_max_bytes = self._changed_runs, self.run_max_bytes
         max_ids, max_bytes = self.max_ids, self.max_bytes
