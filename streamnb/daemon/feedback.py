@@ -210,34 +210,46 @@ class FeedbackStore:
         run = entries[next(reversed(entries))].run if entries else None
         members = runs.get(run) if run is not None else None
         evicted = 0
-        # The byte count and the next arrival number in locals, written back before any
-        # call that reads them.
+        # The byte count, the next arrival number and the open run's bytes in locals, written
+        # back before any call that reads them, and at the end.
         nbytes, seq = self.nbytes, self._next_seq
+        open_bytes = run_bytes[run] if members is not None else 0
+        noted = None  # the run last added to changed_runs
         for msg_id, x_json, label, cost in zip(ids, x_jsons, labels,
                                                entry_costs(ids, labels, x_jsons), strict=True):
             if msg_id in entries:
+                if members is not None:
+                    run_bytes[run] = open_bytes
                 self.nbytes, self._next_seq = nbytes, seq
                 evicted += self.remember(msg_id, slice_key, x_json, label)
                 nbytes, seq = self.nbytes, self._next_seq
                 run = entries[msg_id].run
                 members = runs.get(run)
+                open_bytes = run_bytes[run] if members is not None else 0
                 continue
             if members is None or len(members) >= RUN_ENTRIES or (
-                    run_bytes[run] + cost > run_max_bytes):
+                    open_bytes + cost > run_max_bytes):
+                if members is not None:
+                    run_bytes[run] = open_bytes
                 run = seq
                 members = runs[run] = {}
-                run_bytes[run] = 2  # the list's brackets
+                open_bytes = 2  # the list's brackets
             entries[msg_id] = Entry(slice_key, label, x_json, seq, None, run)
             seq += 1
             members[msg_id] = None
-            run_bytes[run] += cost + 1  # and its comma
-            if changed_runs is not None:
+            open_bytes += cost + 1  # and its comma
+            if changed_runs is not None and run != noted:
                 changed_runs.add(run)
+                noted = run
             nbytes += len(msg_id) + len(x_json) + slice_bytes
             if len(entries) > max_ids or nbytes > max_bytes:
+                run_bytes[run] = open_bytes
                 self.nbytes, self._next_seq = nbytes, seq
                 evicted += self._evict_oldest()
                 nbytes = self.nbytes
+                open_bytes = run_bytes[run]  # its older entries may have gone (the newest stays)
+        if members is not None:
+            run_bytes[run] = open_bytes
         self.nbytes, self._next_seq = nbytes, seq
         return evicted
 
