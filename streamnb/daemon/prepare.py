@@ -62,7 +62,6 @@ __all__ = [
 DECODE_ERROR, FEEDBACK, MESSAGE, REJECTED = range(4)
 
 Result = tuple | None
-encode_x = FeedbackStore.encode_x
 
 
 class PreparerError(RuntimeError):
@@ -80,7 +79,7 @@ def prepare_value(pipeline: Any, value: bytes | None, default_id: str) -> tuple:
     try:
         prepared = pipeline.prepare(item)
         x = prepared.x
-        x_json = encode_x(x)
+        x_json = FeedbackStore.encode_x(x)
     except Exception as error:  # noqa: BLE001 - any parse failure is a dead letter
         return (REJECTED, item.id, item.label,
                 getattr(error, "reason", None) or "parse_error", str(error))
