@@ -33,6 +33,7 @@ import orjson
 __all__ = ["BODY_FIELDS", "DecodeError", "Feedback", "Message", "decode", "encode"]
 
 BODY_FIELDS = ("raw", "raw_b64", "text", "tokens", "features")
+_BODY_FIELD_SET = frozenset(BODY_FIELDS)
 
 
 class DecodeError(ValueError):
@@ -83,9 +84,12 @@ def decode(value: bytes | None, default_id: str | None = None) -> Message | Feed
         raise DecodeError("bad_json", f"expected a JSON object, got {type(obj).__name__}")
 
     msg_id = obj.get("id", default_id)
-    if isinstance(msg_id, int) and not isinstance(msg_id, bool):
-        msg_id = str(msg_id)
-    if not isinstance(msg_id, str) or not msg_id:
+    if type(msg_id) is not str:
+        if isinstance(msg_id, int) and not isinstance(msg_id, bool):
+            msg_id = str(msg_id)
+        if not isinstance(msg_id, str):
+            raise DecodeError("bad_id", f"id must be a non-empty string, got {msg_id!r:.80}")
+    if not msg_id:
         raise DecodeError("bad_id", f"id must be a non-empty string, got {msg_id!r:.80}")
 
     kind = obj.get("type", "message")
@@ -94,16 +98,32 @@ def decode(value: bytes | None, default_id: str | None = None) -> Message | Feed
     if kind != "message":
         raise DecodeError("bad_type", f"type must be 'message' or 'feedback', got {kind!r:.80}")
 
-    present = [name for name in BODY_FIELDS if obj.get(name) is not None]
-    if not present:
-        raise DecodeError("missing_body", "a message needs one of " + ", ".join(BODY_FIELDS))
-    if len(present) > 1:
-        raise DecodeError(
-            "ambiguous_body", "a message has one body field, got " + ", ".join(present)
-        )
-    message = Message(id=msg_id, label=_label(obj, required=False))
-    field = present[0]
-    body = obj[field]
+    # The body fields the object names (one, usually): a set operation, not a look-up of
+    # each of the five.
+    named = obj.keys() & _BODY_FIELD_SET
+    if len(named) == 1:
+        (field,) = named
+        body = obj[field]
+        if body is None:
+            raise DecodeError("missing_body", "a message needs one of " + ", ".join(BODY_FIELDS))
+    else:
+        present = [name for name in BODY_FIELDS if obj.get(name) is not None]
+        if not present:
+            raise DecodeError("missing_body", "a message needs one of " + ", ".join(BODY_FIELDS))
+        if len(present) > 1:
+            raise DecodeError(
+                "ambiguous_body", "a message has one body field, got " + ", ".join(present)
+            )
+        field = present[0]
+        body = obj[field]
+    label = obj.get("label")
+    if label is not None and (type(label) is not str or not label):
+        label = _label(obj, required=False)  # raises bad_label (or accepts a str subclass)
+    if field == "text":
+        if not isinstance(body, str):
+            raise DecodeError("bad_body", "text must be a string")
+        return Message(msg_id, label, None, body)
+    message = Message(msg_id, label)
     if field == "raw":
         if not isinstance(body, str):
             raise DecodeError("bad_body", "raw must be a string")
@@ -115,10 +135,6 @@ def decode(value: bytes | None, default_id: str | None = None) -> Message | Feed
             message.raw = base64.b64decode(body, validate=True)
         except (binascii.Error, ValueError) as error:
             raise DecodeError("bad_body", f"raw_b64 is not valid base64: {error}") from None
-    elif field == "text":
-        if not isinstance(body, str):
-            raise DecodeError("bad_body", "text must be a string")
-        message.text = body
     elif field == "tokens":
         if not isinstance(body, list) or not all(isinstance(t, str) for t in body):
             raise DecodeError("bad_body", "tokens must be a list of strings")

@@ -43,7 +43,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Entry", "FeedbackStore", "decide"]
+__all__ = ["Entry", "FeedbackStore", "decide", "entry_cost", "entry_costs"]
 
 # Dict and bookkeeping overhead per entry, so max_bytes bounds real memory, not just payloads.
 ENTRY_OVERHEAD = 200
@@ -60,6 +60,25 @@ def entry_cost(msg_id: str, label: str | None, x_json: bytes, clock: int | None 
     """An upper bound of the bytes an entry takes in a run record's value."""
     return (len(x_json) + len(orjson.dumps(msg_id)) + len(orjson.dumps(label))
             + _ENTRY_JSON_OVERHEAD + (0 if clock is None else 1 + len(str(clock))))
+
+
+def entry_costs(ids: list[str], labels: list[str | None], x_jsons: list[bytes]) -> list[int]:
+    """``[entry_cost(i, l, x) for i, l, x in zip(ids, labels, x_jsons)]``, each id's and
+    label's JSON priced once a batch: when the ids joined encode as their characters and two
+    quotes (ASCII, nothing escaped: orjson writes each character of a string on its own, as
+    one byte at least), so does each of them; a batch has few distinct labels."""
+    try:
+        joined = "".join(ids)
+        plain = len(orjson.dumps(joined)) == len(joined) + 2
+    except (TypeError, orjson.JSONEncodeError):  # a surrogate, say: priced one at a time
+        plain = False
+    if not plain:
+        return [entry_cost(msg_id, label, x_json)
+                for msg_id, label, x_json in zip(ids, labels, x_jsons, strict=True)]
+    label_cost = {label: len(orjson.dumps(label)) + _ENTRY_JSON_OVERHEAD + 2
+                  for label in set(labels)}
+    return [len(x_json) + len(msg_id) + label_cost[label]
+            for msg_id, label, x_json in zip(ids, labels, x_jsons, strict=True)]
 
 
 @dataclass(slots=True)
@@ -92,11 +111,6 @@ def decide(entry: Entry | None, label: str) -> str:
         return "duplicate"
     return "relabelled"
 
-
-
-def _exact(data: bytes) -> bytes:
-    """``data`` in a bytes object of its own size (see :meth:`FeedbackStore.encode_x`)."""
-    return memoryview(data).tobytes()
 
 class FeedbackStore:
     """Recent messages by id, bounded by ``max_ids`` and ``max_bytes``, oldest evicted first."""
@@ -149,7 +163,7 @@ class FeedbackStore:
         65 MB of such buffers, memory the allocator handed back to the system and faulted in
         again every batch (two page faults a mail)."""
         try:
-            return _exact(orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY))
+            return memoryview(orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY)).tobytes()
         except orjson.JSONEncodeError as error:
             raise TypeError(f"model input cannot be stored: {error}") from None
 
@@ -184,38 +198,59 @@ class FeedbackStore:
         without a learn clock: the same entries, runs, bytes and evictions, with the newest
         run, the counts and the lookups kept across the entries (a call each, with its
         lookups, was the largest part of a short message's bookkeeping in the daemon's batch
-        step). ``x_jsons`` are kept as they are (:meth:`remember`: :meth:`encode_x`'s bytes).
-        An id the store holds already goes through :meth:`remember`. Returns how many old
-        entries were evicted."""
+        step), and the entries priced a batch at a time (:func:`entry_costs`). ``x_jsons``
+        are kept as they are (:meth:`remember`: :meth:`encode_x`'s bytes). An id the store
+        holds already goes through :meth:`remember`. Returns how many old entries were
+        evicted."""
         entries, runs, run_bytes = self._entries, self._runs, self._run_bytes
         changed_runs, run_max_bytes = self._changed_runs, self.run_max_bytes
+        max_ids, max_bytes = self.max_ids, self.max_bytes
         slice_key = self._slice_names.setdefault(slice_key, slice_key)
         slice_bytes = len(slice_key) + ENTRY_OVERHEAD
         run = entries[next(reversed(entries))].run if entries else None
         members = runs.get(run) if run is not None else None
         evicted = 0
-        for msg_id, x_json, label in zip(ids, x_jsons, labels, strict=True):
+        # The byte count, the next arrival number and the open run's bytes in locals, written
+        # back before any call that reads them, and at the end.
+        nbytes, seq = self.nbytes, self._next_seq
+        open_bytes = run_bytes[run] if members is not None else 0
+        noted = None  # the run last added to changed_runs
+        for msg_id, x_json, label, cost in zip(ids, x_jsons, labels,
+                                               entry_costs(ids, labels, x_jsons), strict=True):
             if msg_id in entries:
+                if members is not None:
+                    run_bytes[run] = open_bytes
+                self.nbytes, self._next_seq = nbytes, seq
                 evicted += self.remember(msg_id, slice_key, x_json, label)
+                nbytes, seq = self.nbytes, self._next_seq
                 run = entries[msg_id].run
                 members = runs.get(run)
+                open_bytes = run_bytes[run] if members is not None else 0
                 continue
-            cost = entry_cost(msg_id, label, x_json)
-            seq = self._next_seq
-            self._next_seq = seq + 1
             if members is None or len(members) >= RUN_ENTRIES or (
-                    run_bytes[run] + cost > run_max_bytes):
+                    open_bytes + cost > run_max_bytes):
+                if members is not None:
+                    run_bytes[run] = open_bytes
                 run = seq
                 members = runs[run] = {}
-                run_bytes[run] = 2  # the list's brackets
+                open_bytes = 2  # the list's brackets
             entries[msg_id] = Entry(slice_key, label, x_json, seq, None, run)
+            seq += 1
             members[msg_id] = None
-            run_bytes[run] += cost + 1  # and its comma
-            if changed_runs is not None:
+            open_bytes += cost + 1  # and its comma
+            if changed_runs is not None and run != noted:
                 changed_runs.add(run)
-            self.nbytes += len(msg_id) + len(x_json) + slice_bytes
-            if len(entries) > self.max_ids or self.nbytes > self.max_bytes:
+                noted = run
+            nbytes += len(msg_id) + len(x_json) + slice_bytes
+            if len(entries) > max_ids or nbytes > max_bytes:
+                run_bytes[run] = open_bytes
+                self.nbytes, self._next_seq = nbytes, seq
                 evicted += self._evict_oldest()
+                nbytes = self.nbytes
+                open_bytes = run_bytes[run]  # its older entries may have gone (the newest stays)
+        if members is not None:
+            run_bytes[run] = open_bytes
+        self.nbytes, self._next_seq = nbytes, seq
         return evicted
 
     def _evict_oldest(self) -> int:

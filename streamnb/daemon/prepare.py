@@ -71,10 +71,10 @@ class PreparerError(RuntimeError):
 def prepare_value(pipeline: Any, value: bytes | None, default_id: str) -> tuple:
     """What the daemon needs of one value before the model step (see the module docstring)."""
     try:
-        item = decode(value, default_id=default_id)
+        item = decode(value, default_id)
     except DecodeError as error:
         return (DECODE_ERROR, error.reason, error.detail)
-    if isinstance(item, Feedback):
+    if type(item) is Feedback:
         return (FEEDBACK, item.id, item.label)
     try:
         prepared = pipeline.prepare(item)
@@ -83,15 +83,14 @@ def prepare_value(pipeline: Any, value: bytes | None, default_id: str) -> tuple:
     except Exception as error:  # noqa: BLE001 - any parse failure is a dead letter
         return (REJECTED, item.id, item.label,
                 getattr(error, "reason", None) or "parse_error", str(error))
-    return (MESSAGE, item.id, item.label, x, x_json, _notes(prepared))
+    if prepared.truncated or prepared.defects:
+        return (MESSAGE, item.id, item.label, x, x_json, _notes(prepared))
+    return (MESSAGE, item.id, item.label, x, x_json, ())
 
 
 def _notes(prepared: Any) -> tuple[tuple[str, str], ...]:
-    truncated, defects = prepared.truncated, prepared.defects
-    if not truncated and not defects:
-        return ()
-    return (*(("truncated", limit) for limit in truncated),
-            *(("defect", defect) for defect in defects))
+    return (*(("truncated", limit) for limit in prepared.truncated),
+            *(("defect", defect) for defect in prepared.defects))
 
 
 def _prepare_batch(pipeline: Any, values: Sequence[bytes | None | bool],

@@ -66,33 +66,31 @@ class _NewMessage:
 
 
 class _Run:
-    """Consecutive plain new messages of one batch, not yet scored, as parallel lists, which
-    the model step takes as they are (instead of a :class:`_NewMessage` each and the lists
-    made from them): each member's record, slice key, id, label, model input, its JSON, and
-    when its processing began."""
+    """Consecutive plain new messages of one batch, not yet scored: each member's record,
+    slice key, the time its processing began and its preparer's result (a ``MESSAGE``
+    tuple: id, label, model input, its JSON, notes), appended as the batch is read; then
+    (:meth:`close`) the ids, labels, inputs and JSON as the parallel sequences the model step
+    and the feedback store take, made from the results at once instead of an append each."""
 
-    __slots__ = ("records", "keys", "ids", "labels", "xs", "x_jsons", "started", "id_set")
+    __slots__ = ("records", "keys", "started", "results", "id_set", "ids", "labels", "xs",
+                 "x_jsons")
 
     def __init__(self) -> None:
         self.records: list = []
         self.keys: list[str] = []
-        self.ids: list[str] = []
-        self.labels: list[str | None] = []
-        self.xs: list = []
-        self.x_jsons: list[bytes] = []
         self.started: list[float] = []
+        self.results: list[tuple] = []
         self.id_set: set[str] = set()
 
-    def add(self, record, key: str, msg_id: str, label: str | None, x: Any, x_json: bytes,
-            started: float) -> None:
-        self.records.append(record)
-        self.keys.append(key)
-        self.ids.append(msg_id)
-        self.labels.append(label)
-        self.xs.append(x)
-        self.x_jsons.append(x_json)
-        self.started.append(started)
-        self.id_set.add(msg_id)
+    def joiners(self) -> tuple:
+        """What a member joins with, bound once a run: the appends of its record, key, start
+        and result, the add of its id, and the ids so far."""
+        return (self.records.append, self.keys.append, self.started.append,
+                self.results.append, self.id_set.add, self.id_set)
+
+    def close(self) -> None:
+        """The members' ids, labels, model inputs and their JSON, in order."""
+        _, self.ids, self.labels, self.xs, self.x_jsons, _ = zip(*self.results, strict=True)
 
     def messages(self) -> list[_NewMessage]:
         return [_NewMessage(*member) for member in zip(
@@ -135,6 +133,7 @@ class RecordProcessor:
             self._label_of = _labeller(self.live)
             self._output_rooms.clear()
             run = _Run()
+            add_record, add_key, add_started, add_result, add_id, run_ids = run.joiners()
             # Per partition of the batch, its slice key if owned (None: revoked while the
             # batch was in flight, its new owner reads it), whether it is scored in runs, the
             # ids its feedback store holds and the bytes of its store's run records: none
@@ -166,20 +165,25 @@ class RecordProcessor:
                 result = self._prepare(record) if prepared is None else prepared[index]
                 if batches and result is not None and result[0] == MESSAGE:
                     # a plain new message joins the run
-                    _, msg_id, label, x, x_json, notes = result
+                    _, msg_id, label, _, x_json, notes = result
                     if notes:
                         self._featurizer_noted(msg_id, notes)
                     if ((unlabelled_joins if label is None else not labels or label in labels)
-                            and msg_id not in held and msg_id not in run.id_set
+                            and msg_id not in held and msg_id not in run_ids
                             and (_surely_fits_run(msg_id, label, x_json, run_max_bytes)
                                  or self._fits_state(key, msg_id, x_json, label))):
-                        run.add(record, key, msg_id, label, x, x_json, started)
+                        add_record(record)
+                        add_key(key)
+                        add_started(started)
+                        add_result(result)
+                        add_id(msg_id)
                         continue
                 elif result is not None and result[0] == MESSAGE and result[5]:
                     self._featurizer_noted(result[1], result[5])
-                if run.ids:
+                if run_ids:
                     self._apply_run(run)
                     run = _Run()
+                    add_record, add_key, add_started, add_result, add_id, run_ids = run.joiners()
                 self._process_one(record, key, result, started)
                 self.offsets[key] = record.offset + 1
             self._apply_run(run)
@@ -219,8 +223,9 @@ class RecordProcessor:
         prediction (unlabelled) or its metrics' observation (labelled): the feedback entries
         are remembered a slice's run at a time (``FeedbackStore.remember_many``), the
         counters and the observations added up for the run."""
-        if not run.ids:
+        if not run.records:
             return
+        run.close()
         live = self.live
         updates = live.n_updates
         try:

@@ -183,8 +183,7 @@ class _InternedBatch:
     @classmethod
     def read(cls, model: MultinomialNB, xs: list, ys: list) -> _InternedBatch | None:
         """The batch, if :func:`vectorisable` accepts every example; None otherwise."""
-        if not all(y is None or isinstance(y, str) for y in ys) or not all(
-                isinstance(x, dict) for x in xs):
+        if not (_str_or_none(ys) and all(map(isinstance, xs, repeat(dict)))):
             return None
         n = sum(map(len, xs))
         ids = np.empty(n, dtype=np.int64)
@@ -225,6 +224,16 @@ class _TokenTable:
 
 
 _SEED = "streamnb token table"
+
+
+def _str_or_none(ys: list) -> bool:
+    """Whether every label is a ``str`` or None: their types looked at once (a batch holds
+    two or three), each label only where one is of another type (a subclass of ``str``)."""
+    return set(map(type, ys)) <= _LABEL_TYPES or all(
+        y is None or isinstance(y, str) for y in ys)
+
+
+_LABEL_TYPES = frozenset({str, type(None)})
 
 
 def _token_table(model: MultinomialNB) -> np.ndarray:
@@ -271,21 +280,28 @@ def _pick(items: list, positions: np.ndarray) -> list:
 def _state_is_exact(model: MultinomialNB, rows: np.ndarray, added: float) -> bool:
     """Whether the message counts, the totals and the stored counts of ``rows`` are integers
     below the limit, and the batch adds less than it (``added``), so the batch's sums of them
-    are exact in any order."""
-    n_docs, totals = model._n_docs, model._totals
+    are exact in any order. (The per-class figures are a few floats: read as such, not with
+    a numpy call each, which cost more than the arithmetic.)"""
     if added >= _EXACT_LIMIT:
         return False
-    if n_docs.size and not (
-        np.array_equal(n_docs, np.rint(n_docs)) and np.array_equal(totals, np.rint(totals))
-        and n_docs.max() < _EXACT_LIMIT and totals.max() < _EXACT_LIMIT
+    n_docs, totals = model._n_docs.tolist(), model._totals.tolist()
+    if n_docs and not (
+        all(map(_integral, n_docs)) and all(map(_integral, totals))
+        and max(n_docs) < _EXACT_LIMIT and max(totals) < _EXACT_LIMIT
         # a class without messages holds no counts, so the vocabulary ignores its column
-        and not np.any((n_docs == 0) & (totals != 0))
+        and not any(docs == 0 and total != 0 for docs, total in zip(n_docs, totals,
+                                                                    strict=True))
     ):
         return False
     if not rows.size:
         return True
     counts = model._counts[rows]
     return bool(np.array_equal(counts, np.rint(counts)) and counts.max() < _EXACT_LIMIT)
+
+
+def _integral(figure: float) -> bool:
+    """``figure == rint(figure)``, as numpy has it: an integer or an infinity."""
+    return figure.is_integer() or math.isinf(figure)
 
 
 def _columns_and_rows(model: MultinomialNB, batch: _Batch, ys: list,

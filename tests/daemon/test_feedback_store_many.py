@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamnb.daemon.changelog import apply_records, changed_feedback_records
-from streamnb.daemon.feedback import FeedbackStore
+from streamnb.daemon.feedback import FeedbackStore, entry_cost, entry_costs
 from streamnb.models import MultinomialNB
 
 
@@ -105,3 +105,20 @@ def test_a_store_of_mails_holds_about_their_jsons_bytes(way):
     held, store = _traced_growth(make)
     assert len(store) == len(MAILS) and store.get("m3").x == MAILS[3]
     assert held < 2 * payload, f"{held} bytes held for {payload} bytes of JSON"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=12) | st.sampled_from(["m1", "a\"b", "\\", "\x01"]),
+                          st.none() | st.text(max_size=6) | st.sampled_from(["ham", "spam"]),
+                          st.binary(max_size=20)), max_size=20))
+def test_a_batch_is_priced_as_each_entry_alone(entries):
+    ids, labels, x_jsons = ([e[i] for e in entries] for i in range(3))
+    assert entry_costs(ids, labels, x_jsons) == [
+        entry_cost(msg_id, label, x_json) for msg_id, label, x_json in entries]
+
+
+def test_an_id_orjson_cannot_write_fails_the_batch_as_it_fails_one_entry():
+    with pytest.raises(orjson.JSONEncodeError):
+        entry_cost("bad\ud800", None, b"{}")
+    with pytest.raises(orjson.JSONEncodeError):
+        entry_costs(["ok", "bad\ud800"], [None, None], [b"{}", b"{}"])

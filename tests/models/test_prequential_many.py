@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -688,3 +689,36 @@ def test_the_rows_the_c_step_adds_are_in_the_index_whenever_it_is_read(step_kind
             at_once.learn_one(*arg)
             copied.learn_one(*arg)
         assert copied.to_state() == at_once.to_state()
+
+
+def _exact_by_numpy(model, rows, added) -> bool:
+    """``_state_is_exact`` with every check a numpy call (the reference)."""
+    n_docs, totals, limit = model._n_docs, model._totals, _prequential._EXACT_LIMIT
+    if added >= limit:
+        return False
+    if n_docs.size and not (
+            np.array_equal(n_docs, np.rint(n_docs)) and np.array_equal(totals, np.rint(totals))
+            and n_docs.max() < limit and totals.max() < limit
+            and not np.any((n_docs == 0) & (totals != 0))):
+        return False
+    counts = model._counts[rows]
+    return not rows.size or bool(np.array_equal(counts, np.rint(counts))
+                                 and counts.max() < limit)
+
+
+figures = st.sampled_from([0.0, -0.0, 1.0, 3.0, 0.5, -2.0, 2.0**45 - 1, 2.0**45, 2.0**46,
+                           math.inf, -math.inf, math.nan])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(figures, figures), max_size=3), st.lists(figures, max_size=4),
+       st.sampled_from([0.0, 5.0, 2.0**45]))
+def test_the_states_exactness_is_judged_as_numpy_judges_it(classes, counts, added):
+    model = make_model("multinomial")
+    model._n_docs = np.array([docs for docs, _ in classes], dtype=np.float64)
+    model._totals = np.array([total for _, total in classes], dtype=np.float64)
+    model._counts = np.array([[count] * max(len(classes), 1) for count in counts] or
+                             np.zeros((0, 1)), dtype=np.float64)
+    rows = np.arange(len(counts))
+    assert _prequential._state_is_exact(model, rows, added) == _exact_by_numpy(
+        model, rows, added)
