@@ -2161,7 +2161,7 @@ enum {
     T_INPUT, T_ISINDEX, T_KEYGEN, T_LI, T_LINK, T_LISTING, T_MAIN, T_MARQUEE, T_MATH, T_MENU,
     T_META, T_NAV, T_NOBR, T_NOEMBED, T_NOFRAMES, T_NOSCRIPT, T_OBJECT, T_OL, T_OPTGROUP,
     T_OPTION, T_P, T_PARAM, T_PLAINTEXT, T_PRE, T_RB, T_RP, T_RT, T_RTC, T_S, T_SCRIPT,
-    T_SEARCH, T_SECTION, T_SELECT, T_SMALL, T_SOURCE, T_STRIKE, T_STRONG, T_STYLE, T_SUMMARY,
+    T_SEARCH, T_SECTION, T_SELECT, T_SELECTEDCONTENT, T_SMALL, T_SOURCE, T_STRIKE, T_STRONG, T_STYLE, T_SUMMARY,
     T_SVG, T_TABLE, T_TBODY, T_TD, T_TEMPLATE, T_TEXTAREA, T_TFOOT, T_TH, T_THEAD, T_TITLE,
     T_TR, T_TRACK, T_TT, T_U, T_UL, T_WBR, T_XMP, T_COUNT
 };
@@ -2253,8 +2253,8 @@ static const HtmlTag html_tags[] = {  /* sorted by name */
     {"noscript", T_NOSCRIPT, SP | HF_UNSURE},
     {"object", T_OBJECT, SP | HF_SCOPE | HF_UNSURE},
     {"ol", T_OL, SP | HF_CLOSE_P | HF_BLOCK_END},
-    {"optgroup", T_OPTGROUP, HF_IMPLIED | HF_UNSURE},
-    {"option", T_OPTION, HF_IMPLIED | HF_UNSURE},
+    {"optgroup", T_OPTGROUP, HF_IMPLIED},
+    {"option", T_OPTION, HF_IMPLIED},
     {"p", T_P, SP | HF_CLOSE_P | HF_IMPLIED},
     {"param", T_PARAM, SP},
     {"plaintext", T_PLAINTEXT, SP | HF_UNSURE},
@@ -2267,7 +2267,8 @@ static const HtmlTag html_tags[] = {  /* sorted by name */
     {"script", T_SCRIPT, SP},
     {"search", T_SEARCH, SP | HF_UNSURE},
     {"section", T_SECTION, SP | HF_CLOSE_P | HF_BLOCK_END},
-    {"select", T_SELECT, SP | HF_UNSURE},
+    {"select", T_SELECT, SP | HF_SCOPE | HF_BLOCK_END},  /* a scope boundary in Lexbor */
+    {"selectedcontent", T_SELECTEDCONTENT, HF_UNSURE},  /* an option's content is cloned in */
     {"small", T_SMALL, HF_FORMAT},
     {"source", T_SOURCE, SP},
     {"strike", T_STRIKE, HF_FORMAT},
@@ -3221,6 +3222,20 @@ html_body_end(HtmlScan *h, HtmlTagToken *t)
     html_generic_end(h, t);
 }
 
+/* Pops the select in scope and everything above it, if there is one: whether it did. The
+ * select parsing Lexbor follows (whatwg/html#10548, Lexbor 2025-09) has no select insertion
+ * mode: a select's content is read by the rules for in body, and a select is a scope
+ * boundary of its own (Lexbor's tag categories). */
+static int
+html_pop_to_select(HtmlScan *h)
+{
+    int k = html_in_scope(h, T_SELECT, SCOPE_DEFAULT);
+    if (k < 0)
+        return 0;
+    html_pop_to(h, k);
+    return 1;
+}
+
 /* an element whose content the tokenizer reads as raw text (html_raw_text) */
 static void
 html_raw_element(HtmlScan *h, int id, int kind)
@@ -3258,6 +3273,8 @@ html_body_start_tag(HtmlScan *h, HtmlTagToken *t)
         return;
     }
     if (f & HF_VOID) {
+        if (id == T_INPUT)  /* an <input> closes an open select first */
+            html_pop_to_select(h);
         html_reconstruct(h);
         h->merge = 0;
         return;
@@ -3341,7 +3358,24 @@ html_body_start_tag(HtmlScan *h, HtmlTagToken *t)
         return;
     case T_HR:
         html_close_p_if_open(h);
+        if (html_in_scope(h, T_SELECT, SCOPE_DEFAULT) >= 0)
+            html_implied_end_tags(h, -1);
         h->merge = 0;
+        return;
+    case T_SELECT:  /* a <select> in a select closes it and is dropped */
+        if (html_pop_to_select(h))
+            return;
+        html_reconstruct(h);
+        html_push(h, id, NULL, 0);
+        return;
+    case T_OPTION:
+    case T_OPTGROUP:
+        if (html_in_scope(h, T_SELECT, SCOPE_DEFAULT) >= 0)
+            html_implied_end_tags(h, id == T_OPTION ? T_OPTGROUP : -1);
+        else if (H_TOP(h).id == T_OPTION)
+            html_pop(h);
+        html_reconstruct(h);
+        html_push(h, id, NULL, 0);
         return;
     case T_PARAM:
     case T_SOURCE:

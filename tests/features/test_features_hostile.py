@@ -272,6 +272,9 @@ _HTML_MEGABYTES = {
     "many attributes": "<font " + "x=1 " * 250_000,
     "script escapes": "<script><!--" + "<script>" * 120_000,
     "title end tag prefixes": "<title>" + "</titl" * 160_000,
+    "selects in selects": "<select><option><b>x" * 55_000,
+    "options and optgroups": "<select>" + "<option><optgroup><hr><input>x" * 33_000,
+    "paragraphs in selects": "<p><select><i>" * 70_000,
 }
 
 
