@@ -3453,6 +3453,19 @@ html_close_cell(HtmlScan *h)
     h->mode = M_IN_ROW;
 }
 
+/* A <table> start tag in a table (the rules for in table): the open table ends, and the
+ * tag is read again in the mode that leaves (whether to read it again; not: ignored). */
+static int
+html_table_in_table(HtmlScan *h)
+{
+    int k = html_in_scope(h, T_TABLE, SCOPE_TABLE);
+    if (k < 0)
+        return 0;
+    html_pop_to(h, k);
+    html_reset_mode(h);
+    return 1;
+}
+
 static void
 html_start(HtmlScan *h, HtmlTagToken *t)
 {
@@ -3546,6 +3559,10 @@ html_start(HtmlScan *h, HtmlTagToken *t)
             case T_SCRIPT:
                 html_raw_element(h, id, RAW_DROP);
                 return;
+            case T_TABLE:
+                if (!html_table_in_table(h))
+                    return;
+                continue;
             case T_INPUT:
                 if (h->hidden) {  /* stays in the table */
                     h->merge = 0;
@@ -3553,7 +3570,7 @@ html_start(HtmlScan *h, HtmlTagToken *t)
                 }
                 break;
             }
-            h->unsure = __LINE__;  /* caption, col, a nested table, or fostered content */
+            h->unsure = __LINE__;  /* caption, col, or fostered content */
             return;
         case M_IN_TABLE_BODY:
             switch (id) {
@@ -3573,6 +3590,10 @@ html_start(HtmlScan *h, HtmlTagToken *t)
                 html_clear_to(h, T_TBODY, T_THEAD, T_TFOOT);
                 html_pop(h);
                 h->mode = M_IN_TABLE;
+                continue;
+            case T_TABLE:  /* by the rules for in table, which change the mode */
+                if (!html_table_in_table(h))
+                    return;
                 continue;
             }
             h->mode = M_IN_TABLE;  /* "process using the rules for in table" */
@@ -3594,6 +3615,10 @@ html_start(HtmlScan *h, HtmlTagToken *t)
                 html_clear_to(h, T_TR, T_TR, T_TR);
                 html_pop(h);
                 h->mode = M_IN_TABLE_BODY;
+                continue;
+            case T_TABLE:  /* by the rules for in table, which change the mode */
+                if (!html_table_in_table(h))
+                    return;
                 continue;
             }
             h->mode = M_IN_TABLE;

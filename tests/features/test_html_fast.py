@@ -128,6 +128,8 @@ markups = st.lists(
 @example("<script><!--<script></script>x</script>y")
 @example('<font size=2><font size=2><font size=2><font size=2>a</font></font></font></font>b')
 @example("x<table>y</table>")
+@example("Tesco.<table><tr><table>   <tr>   <td>We</table>b")
+@example("<table><tr><td><table>\n<table><tr><td>a</table>b</table>c")
 @example("<table><tr><td>a</td></tr></table><p>b")
 @example("<p>a<table><tr><td>b</table>c")
 @example("<font><font><font><font>a</font>b")
