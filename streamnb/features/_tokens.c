@@ -2142,13 +2142,13 @@ done:
  *
  * None (the caller parses with Lexbor) for everything whose tree it does not build: a NUL or
  * a lone surrogate; the elements whose content is not plain markup or whose text the caller
- * strips (script, style, noscript, template, textarea, iframe, xmp, select, ...); foreign
- * content (svg, math); frames; text, or any element other than the table's own, directly in a
- * table (foster parenting moves it); misnested formatting elements that the adoption agency
- * would move (a "furthest block"), a fourth open element of one formatting tag (Noah's ark),
- * an <a> inside an <a>; <table> while a <p> is open (its effect depends on quirks mode); more
- * than HTML_MAX_DEPTH open elements. Every step is bounded by those sizes, so a scan is
- * linear in the markup. */
+ * strips (script, style, noscript, template, textarea, iframe, xmp, ...); foreign content
+ * (svg, math); frames; text, or any element other than the table's own, directly in a table
+ * (foster parenting moves it); misnested formatting elements that the adoption agency would
+ * move (a "furthest block"), a fourth open element of one formatting tag (Noah's ark), an <a>
+ * inside an <a>; more than HTML_MAX_DEPTH open elements. Every step is bounded by those
+ * sizes, so a scan is linear in the markup. A <select> is read by the select parsing Lexbor
+ * follows (html_pop_to_select); the doctype decides quirks mode (html_doctype_quirks). */
 
 #include "_html_entities.h"
 
@@ -2346,7 +2346,7 @@ typedef struct {
     int hidden;         /* the tag just read has type=hidden */
     int raw;            /* the element just opened holds raw text (RAW_*) */
     int raw_merge;      /* -1, or the merge flag to restore after it (one put in the head) */
-    int quirks;         /* 1: quirks mode (no doctype), 0: no quirks (<!DOCTYPE html>), -1: other */
+    int quirks;         /* 1: quirks mode (no doctype, or an old one), 0: (limited) no quirks */
     uint64_t attributes;        /* the digest of the tag's attributes (html_attribute) */
     int attributes_unsure;
     int n_attributes;
@@ -3345,14 +3345,8 @@ html_body_start_tag(HtmlScan *h, HtmlTagToken *t)
         return;
     }
     case T_TABLE:
-        if (html_in_scope(h, T_P, SCOPE_BUTTON) >= 0) {  /* closed first unless in quirks mode */
-            if (h->quirks < 0) {
-                h->unsure = __LINE__;
-                return;
-            }
-            if (h->quirks == 0)
-                html_close_p(h);
-        }
+        if (!h->quirks)  /* an open <p> is closed first unless in quirks mode */
+            html_close_p_if_open(h);
         html_push(h, id, NULL, 0);
         h->mode = M_IN_TABLE;
         return;
@@ -3926,6 +3920,145 @@ html_raw_text(HtmlScan *h, Py_ssize_t j, HtmlTagToken *t)
     return j;
 }
 
+/* The public identifiers of quirks mode (the standard's list, as Lexbor has it) */
+static const char *const html_quirks_public_is[] = {
+    "-//W3O//DTD W3 HTML Strict 3.0//EN//", "-/W3C/DTD HTML 4.0 Transitional/EN", "HTML"};
+static const char *const html_quirks_public_start[] = {
+    "+//Silmaril//dtd html Pro v0r11 19970101//", "-//AS//DTD HTML 3.0 asWedit + extensions//",
+    "-//AdvaSoft Ltd//DTD HTML 3.0 asWedit + extensions//", "-//IETF//DTD HTML 2.0 Level 1//",
+    "-//IETF//DTD HTML 2.0 Level 2//", "-//IETF//DTD HTML 2.0 Strict Level 1//",
+    "-//IETF//DTD HTML 2.0 Strict Level 2//", "-//IETF//DTD HTML 2.0 Strict//",
+    "-//IETF//DTD HTML 2.0//", "-//IETF//DTD HTML 2.1E//", "-//IETF//DTD HTML 3.0//",
+    "-//IETF//DTD HTML 3.2 Final//", "-//IETF//DTD HTML 3.2//", "-//IETF//DTD HTML 3//",
+    "-//IETF//DTD HTML Level 0//", "-//IETF//DTD HTML Level 1//", "-//IETF//DTD HTML Level 2//",
+    "-//IETF//DTD HTML Level 3//", "-//IETF//DTD HTML Strict Level 0//",
+    "-//IETF//DTD HTML Strict Level 1//", "-//IETF//DTD HTML Strict Level 2//",
+    "-//IETF//DTD HTML Strict Level 3//", "-//IETF//DTD HTML Strict//", "-//IETF//DTD HTML//",
+    "-//Metrius//DTD Metrius Presentational//",
+    "-//Microsoft//DTD Internet Explorer 2.0 HTML Strict//",
+    "-//Microsoft//DTD Internet Explorer 2.0 HTML//",
+    "-//Microsoft//DTD Internet Explorer 2.0 Tables//",
+    "-//Microsoft//DTD Internet Explorer 3.0 HTML Strict//",
+    "-//Microsoft//DTD Internet Explorer 3.0 HTML//",
+    "-//Microsoft//DTD Internet Explorer 3.0 Tables//", "-//Netscape Comm. Corp.//DTD HTML//",
+    "-//Netscape Comm. Corp.//DTD Strict HTML//", "-//O'Reilly and Associates//DTD HTML 2.0//",
+    "-//O'Reilly and Associates//DTD HTML Extended 1.0//",
+    "-//O'Reilly and Associates//DTD HTML Extended Relaxed 1.0//",
+    "-//SQ//DTD HTML 2.0 HoTMetaL + extensions//",
+    "-//SoftQuad Software//DTD HoTMetaL PRO 6.0::19990601::extensions to HTML 4.0//",
+    "-//SoftQuad//DTD HoTMetaL PRO 4.0::19971010::extensions to HTML 4.0//",
+    "-//Spyglass//DTD HTML 2.0 Extended//", "-//Sun Microsystems Corp.//DTD HotJava HTML//",
+    "-//Sun Microsystems Corp.//DTD HotJava Strict HTML//", "-//W3C//DTD HTML 3 1995-03-24//",
+    "-//W3C//DTD HTML 3.2 Draft//", "-//W3C//DTD HTML 3.2 Final//", "-//W3C//DTD HTML 3.2//",
+    "-//W3C//DTD HTML 3.2S Draft//", "-//W3C//DTD HTML 4.0 Frameset//",
+    "-//W3C//DTD HTML 4.0 Transitional//", "-//W3C//DTD HTML Experimental 19960712//",
+    "-//W3C//DTD HTML Experimental 970421//", "-//W3C//DTD W3 HTML//",
+    "-//W3O//DTD W3 HTML 3.0//", "-//WebTechs//DTD Mozilla HTML 2.0//",
+    "-//WebTechs//DTD Mozilla HTML//"};
+/* quirks where the doctype has no system identifier (limited quirks where it has one) */
+static const char *const html_quirks_public_start_no_system[] = {
+    "-//W3C//DTD HTML 4.01 Frameset//", "-//W3C//DTD HTML 4.01 Transitional//"};
+#define HTML_COUNT(a) ((int)(sizeof a / sizeof a[0]))
+
+/* Whether markup[at:end] is (``prefix``: starts with) ``text``, ignoring ASCII case */
+static int
+html_ascii_starts(HtmlScan *h, Py_ssize_t at, Py_ssize_t end, const char *text, int prefix)
+{
+    Py_ssize_t len = (Py_ssize_t)strlen(text);
+    if (end - at < len || (!prefix && end - at != len))
+        return 0;
+    for (Py_ssize_t k = 0; k < len; k++) {
+        Py_UCS4 c = H_AT(h, at + k), t = (Py_UCS4)(unsigned char)text[k];
+        if ((c >= 'A' && c <= 'Z' ? c + 0x20 : c) != (t >= 'A' && t <= 'Z' ? t + 0x20 : t))
+            return 0;
+    }
+    return 1;
+}
+
+/* A quoted identifier of a doctype at markup[*i] (a quote): its start and end; 0 where it is
+ * not closed before the doctype's end (force-quirks) */
+static int
+html_doctype_identifier(HtmlScan *h, Py_ssize_t *i, Py_ssize_t end, Py_ssize_t span[2])
+{
+    Py_UCS4 quote = H_AT(h, *i);
+    Py_ssize_t k = *i + 1;
+    span[0] = k;
+    while (k < end && H_AT(h, k) != quote)
+        k++;
+    if (k == end)
+        return 0;
+    span[1] = k;
+    *i = k + 1;
+    return 1;
+}
+
+/* Whether the doctype whose text after "<!DOCTYPE" is markup[i:end] (end: its '>', or the
+ * markup's end) puts the document in quirks mode: the tokenizer's doctype states (name,
+ * PUBLIC and SYSTEM keywords, quoted identifiers, force-quirks), then the initial insertion
+ * mode's rules as Lexbor applies them (an empty identifier counts as a missing one). Only
+ * quirks against no quirks matters here (limited quirks reads <table> as no quirks does). */
+static int
+html_doctype_quirks(HtmlScan *h, Py_ssize_t i, Py_ssize_t end)
+{
+    if (end == h->n)
+        return 1;  /* ended by the end of the markup: force-quirks */
+    for (Py_ssize_t k = i; k < end; k++)
+        if (H_AT(h, k) == 0) {
+            h->unsure = __LINE__;  /* a NUL is read as U+FFFD */
+            return 1;
+        }
+    while (i < end && html_space(H_AT(h, i)))
+        i++;
+    if (i == end)
+        return 1;  /* no name */
+    Py_ssize_t name = i;
+    while (i < end && !html_space(H_AT(h, i)))
+        i++;
+    int is_html = html_ascii_starts(h, name, i, "html", 0);
+    Py_ssize_t public[2] = {0, 0}, system[2] = {0, 0};
+    while (i < end && html_space(H_AT(h, i)))
+        i++;
+    if (i < end) {
+        int is_public = html_ascii_starts(h, i, end, "public", 1);
+        if (!is_public && !html_ascii_starts(h, i, end, "system", 1))
+            return 1;  /* bogus: force-quirks */
+        i += 6;
+        for (int id = is_public ? 0 : 1; id < 2; id++) {
+            Py_ssize_t *span = id == 0 ? public : system;
+            while (i < end && html_space(H_AT(h, i)))
+                i++;
+            if (i == end) {
+                if (id == 1 && is_public)
+                    break;  /* a public identifier only */
+                return 1;  /* a keyword without its identifier */
+            }
+            Py_UCS4 c = H_AT(h, i);
+            if ((c != '"' && c != '\'') || !html_doctype_identifier(h, &i, end, span))
+                return 1;
+        }
+        /* after the system identifier anything is bogus, without force-quirks */
+    }
+    if (!is_html)
+        return 1;
+    Py_ssize_t public_len = public[1] - public[0], system_len = system[1] - system[0];
+    if (public_len) {
+        for (int k = 0; k < HTML_COUNT(html_quirks_public_is); k++)
+            if (html_ascii_starts(h, public[0], public[1], html_quirks_public_is[k], 0))
+                return 1;
+        for (int k = 0; k < HTML_COUNT(html_quirks_public_start); k++)
+            if (html_ascii_starts(h, public[0], public[1], html_quirks_public_start[k], 1))
+                return 1;
+    }
+    if (system_len && html_ascii_starts(h, system[0], system[1],
+                                        "http://www.ibm.com/data/dtd/v11/ibmxhtml1-transitional.dtd", 0))
+        return 1;
+    if (public_len && !system_len)
+        for (int k = 0; k < HTML_COUNT(html_quirks_public_start_no_system); k++)
+            if (html_ascii_starts(h, public[0], public[1], html_quirks_public_start_no_system[k], 1))
+                return 1;
+    return 0;
+}
+
 /* markup[i] == '<': the token it starts; the index after it */
 static Py_ssize_t
 html_markup_at(HtmlScan *h, Py_ssize_t i)
@@ -3981,17 +4114,7 @@ html_markup_at(HtmlScan *h, Py_ssize_t i)
             h->skip_lf = 0;
             if (h->mode == M_INITIAL) {
                 h->mode = M_BEFORE_HTML;
-                Py_ssize_t name = j + 8;
-                while (name < k && html_space(H_AT(h, name)))
-                    name++;
-                Py_ssize_t name_end = name;
-                while (name_end < k && !html_space(H_AT(h, name_end)))
-                    name_end++;
-                Py_ssize_t rest = name_end;
-                while (rest < k && html_space(H_AT(h, rest)))
-                    rest++;
-                /* no quirks for <!DOCTYPE html>; the other doctypes are not told apart here */
-                h->quirks = k < n && rest == k && html_ascii_is(h, name, name_end, "html") ? 0 : -1;
+                h->quirks = html_doctype_quirks(h, j + 8, k);
             }
             return k < n ? k + 1 : n;
         }

@@ -98,6 +98,11 @@ _JUNK = st.sampled_from([
     "<", ">", "&", "</", "</>", "<!", "<!--", "-->", "<!-->", "<!--->", "<!-- c -->", "<!---->",
     "<!-- a --!> b", "<!x>", "<?x?>", "</3>", "<3", "< p>", "<!DOCTYPE html>", "<!doctype HTML>",
     '<!DOCTYPE html PUBLIC "-//W3C//DTD HTML 4.01 Transitional//EN">', "<![CDATA[x]]>",
+    '<!DOCTYPE HTML PUBLIC "-//W3C//DTD HTML 4.01//EN" "http://www.w3.org/TR/html4/strict.dtd">',
+    '<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 Transitional//EN" "x.dtd">',
+    "<!DOCTYPE HTML PUBLIC '-//W3C//DTD HTML 4.01 Transitional//EN' 'x'>", "<!DOCTYPE>",
+    '<!DOCTYPE html SYSTEM "about:legacy-compat">', "<!DOCTYPE html PUBLIC>", "<!DOCTYPEhtml>",
+    "<!DOCTYPE html PUBLIC 'x'x>", '<!DOCTYPE html PUBLIC "x" "y" z>', "<!DOCTYPE svg>",
     "</title>", "</script>", "<script><!--x</script>", "\x00", "\ud800", "\r\n", "\r", "\f",
     "<script><!--", "-->", "<!--<script>", "--></script>", "</script >", "<scripts>",
 ])
@@ -132,6 +137,8 @@ markups = st.lists(
 @example("<table><tr><td><table>\n<table><tr><td>a</table>b</table>c")
 @example("<table><tr><td>a</td></tr></table><p>b")
 @example("<p>a<table><tr><td>b</table>c")
+@example('<!DOCTYPE HTML PUBLIC "-//W3C//DTD HTML 4.0 Transitional//EN"><p>a<table>b</table>c</p>')
+@example('<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 Strict//EN" "x"><p>a<table></table></p>b')
 @example("<font><font><font><font>a</font>b")
 @example("<pre>\nx</pre>")
 @example("<title>a&amp;b</title>c")
