@@ -2318,6 +2318,8 @@ typedef struct {
     unsigned char len;               /* of name, for T_OTHER */
     char name[HTML_NAME_MAX];        /* lower-cased, T_OTHER only */
     uint32_t serial;
+    unsigned char merge_after;       /* the merge flag once it is popped (html_foster_start) */
+    Py_ssize_t start;                /* a table: where its text starts in out (html_foster_char) */
 } HtmlOpen;
 
 typedef struct {
@@ -2347,6 +2349,8 @@ typedef struct {
     int raw;            /* the element just opened holds raw text (RAW_*) */
     int raw_merge;      /* -1, or the merge flag to restore after it (one put in the head) */
     int quirks;         /* 1: quirks mode (no doctype, or an old one), 0: (limited) no quirks */
+    int fostering;      /* a start tag in a table, read by the rules for in body */
+    Py_ssize_t moved;   /* the characters of text moved to put text before a table */
     uint64_t attributes;        /* the digest of the tag's attributes (html_attribute) */
     int attributes_unsure;
     int n_attributes;
@@ -2408,6 +2412,12 @@ html_put(HtmlScan *h, Py_UCS4 c)
 
 /* ---- the stack of open elements and the active formatting elements ---- */
 
+static int
+html_tableish(int id)
+{
+    return id == T_TABLE || id == T_TBODY || id == T_THEAD || id == T_TFOOT || id == T_TR;
+}
+
 static void
 html_push(HtmlScan *h, int id, const char *name, int len)
 {
@@ -2415,12 +2425,17 @@ html_push(HtmlScan *h, int id, const char *name, int len)
         h->unsure = __LINE__;
         return;
     }
+    /* an element that foster parenting puts before the table leaves the table's children
+     * (and whether the last of them is a text node) as they were */
+    int fostered = h->fostering && html_tableish(h->open[h->depth - 1].id);
     HtmlOpen *e = &h->open[h->depth++];
     e->id = (unsigned char)id;
     e->len = (unsigned char)len;
     if (id == T_OTHER)
         memcpy(e->name, name, (size_t)len);
     e->serial = ++h->serial;
+    e->merge_after = (unsigned char)(fostered && h->merge);
+    e->start = h->out_len;
     h->merge = 0;
 }
 
@@ -2432,6 +2447,7 @@ html_pop(HtmlScan *h)
         return;
     }
     HtmlOpen *e = &h->open[--h->depth];
+    int merge_after = e->merge_after;
     if (H_FLAGS(e->id) & HF_FORMAT) {
         for (int k = h->n_active - 1; k >= 0; k--)
             if (h->active[k].id != 0 && h->active[k].serial == e->serial) {
@@ -2440,7 +2456,7 @@ html_pop(HtmlScan *h)
                 break;
             }
     }
-    h->merge = 0;
+    h->merge = merge_after;
 }
 
 static int
@@ -2630,12 +2646,51 @@ html_insert_text(HtmlScan *h, Py_UCS4 c)
     html_put(h, c);
 }
 
-static int
-html_tableish(int id)
-{
-    return id == T_TABLE || id == T_TBODY || id == T_THEAD || id == T_TFOOT || id == T_TR;
-}
 
+
+/* A character in a table mode whose current node is an element that foster parenting put
+ * before the table (html_foster_start), by the rules for in body: its text goes before the
+ * table's, at the table's start in out, which moves on past it. Nothing else is open there
+ * (a cell or a table start tag closes the elements put before the table), so only that
+ * table's start moves. The characters of the table's text moved for it are counted, and past
+ * a few times the markup's length the scan gives up, so that it stays linear. */
+static void
+html_foster_char(HtmlScan *h, Py_UCS4 c)
+{
+    h->fostering = 1;
+    html_reconstruct(h);
+    h->fostering = 0;
+    int k = h->depth - 1;
+    while (k > 0 && h->open[k].id != T_TABLE)
+        k--;
+    HtmlOpen *table = &h->open[k];
+    Py_ssize_t at = table->start, after = h->out_len - at;
+    Py_UCS4 add[2] = {' ', c};
+    int len = 1, skip = 0;
+    if (!h->merge) {  /* a new text node: a separator from the text before or after it */
+        if (at > 0)
+            len = 2;
+        else if (after > 0) {
+            add[0] = c;
+            add[1] = ' ';
+            len = 2;
+            skip = 1;  /* the separator belongs before the table's text */
+        }
+        h->any_text = 1;
+        h->merge = 1;
+    }
+    h->moved += after;
+    if (h->moved > 4 * h->n + 4096) {
+        h->unsure = __LINE__;
+        return;
+    }
+    if (html_grow(h, len) < 0)
+        return;
+    memmove(h->out + at + len, h->out + at, (size_t)after * sizeof(Py_UCS4));
+    memcpy(h->out + at, len == 1 ? add + 1 : add, (size_t)len * sizeof(Py_UCS4));
+    h->out_len += len;
+    table->start = at + len - skip;
+}
 
 /* one character token */
 static void
@@ -2685,8 +2740,12 @@ html_char(HtmlScan *h, Py_UCS4 c)
         case M_IN_TABLE:
         case M_IN_TABLE_BODY:
         case M_IN_ROW:
-            if (!space || !html_tableish(H_TOP(h).id)) {
-                h->unsure = __LINE__;  /* foster parenting */
+            if (!html_tableish(H_TOP(h).id)) {  /* in an element put before the table */
+                html_foster_char(h, c);
+                return;
+            }
+            if (!space) {
+                h->unsure = __LINE__;  /* text in the table itself goes before it */
                 return;
             }
             html_insert_text(h, c);
@@ -3130,7 +3189,7 @@ html_adoption_agency(HtmlScan *h, HtmlTagToken *t)
             return;
         }
         memmove(&h->open[f + 2], &h->open[f + 1], (size_t)(h->depth - f - 1) * sizeof(HtmlOpen));
-        h->open[f + 1] = (HtmlOpen){(unsigned char)t->id, 0, {0}, fresh};
+        h->open[f + 1] = (HtmlOpen){(unsigned char)t->id, 0, {0}, fresh, 0, 0};
         h->depth++;
     }
 }
@@ -3257,7 +3316,8 @@ html_body_start_tag(HtmlScan *h, HtmlTagToken *t)
         return;
     }
     if (f & HF_HEAD_VOID) {
-        h->merge = 0;
+        if (!(h->fostering && html_tableish(H_TOP(h).id)))
+            h->merge = 0;
         return;
     }
     if (f & HF_CLOSE_P) {
@@ -3276,7 +3336,8 @@ html_body_start_tag(HtmlScan *h, HtmlTagToken *t)
         if (id == T_INPUT)  /* an <input> closes an open select first */
             html_pop_to_select(h);
         html_reconstruct(h);
-        h->merge = 0;
+        if (!(h->fostering && html_tableish(H_TOP(h).id)))
+            h->merge = 0;  /* (one put before the table leaves the table's last child) */
         return;
     }
     if (f & HF_FORMAT) {
@@ -3447,6 +3508,41 @@ html_close_cell(HtmlScan *h)
     h->mode = M_IN_ROW;
 }
 
+/* The index of the topmost table, table section or row of the stack: in a table mode, the
+ * elements above it are the ones foster parenting put before the table */
+static int
+html_table_context(HtmlScan *h)
+{
+    int k = h->depth - 1;
+    while (k > 0 && !html_tableish(h->open[k].id))
+        k--;
+    return k;
+}
+
+/* A start tag in a table that is not the table's own: by the rules for in body, the element
+ * going before the table (foster parenting). Followed for the elements whose content goes on
+ * in them (formatting but <a>, blocks that close a <p>, unknown ones) and the void ones; the
+ * text that would go before the table is not (html_char gives up on text in a table mode
+ * whose current node is not the table's), so the text keeps its order. */
+static void
+html_foster_start(HtmlScan *h, HtmlTagToken *t)
+{
+    int id = t->id, f = H_FLAGS(id);
+    if (!(((f & HF_FORMAT) && id != T_A) || (f & (HF_CLOSE_P | HF_VOID | HF_HEAD_VOID))
+          || id == T_OTHER)
+        || (f & HF_UNSURE)) {
+        h->unsure = __LINE__;  /* caption, col, <a>, ... */
+        return;
+    }
+    int k = html_table_context(h), mode = h->mode;
+    uint32_t serial = h->open[k].serial;
+    h->fostering = 1;
+    html_body_start_tag(h, t);
+    h->fostering = 0;
+    if (h->depth <= k || h->open[k].serial != serial || h->mode != mode)
+        h->unsure = __LINE__;
+}
+
 /* A <table> start tag in a table (the rules for in table): the open table ends, and the
  * tag is read again in the mode that leaves (whether to read it again; not: ignored). */
 static int
@@ -3564,7 +3660,7 @@ html_start(HtmlScan *h, HtmlTagToken *t)
                 }
                 break;
             }
-            h->unsure = __LINE__;  /* caption, col, or fostered content */
+            html_foster_start(h, t);
             return;
         case M_IN_TABLE_BODY:
             switch (id) {
@@ -3702,10 +3798,13 @@ html_end(HtmlScan *h, HtmlTagToken *t)
             case T_TD: case T_TFOOT: case T_TH: case T_THEAD: case T_TR:
                 return;
             }
-            {  /* in body, with foster parenting: only what changes nothing is followed */
-                int depth = h->depth;
+            /* in body, with foster parenting: followed where it closes at most the elements
+             * put before the table */
+            {
+                int k = html_table_context(h);
+                uint32_t serial = h->open[k].serial;
                 html_body_end(h, t);
-                if (h->depth != depth || h->mode != M_IN_TABLE)
+                if (h->depth <= k || h->open[k].serial != serial || h->mode != M_IN_TABLE)
                     h->unsure = __LINE__;
             }
             return;
