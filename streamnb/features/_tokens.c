@@ -2142,13 +2142,13 @@ done:
  *
  * None (the caller parses with Lexbor) for everything whose tree it does not build: a NUL or
  * a lone surrogate; the elements whose content is not plain markup or whose text the caller
- * strips (script, style, noscript, template, textarea, iframe, xmp, select, ...); foreign
- * content (svg, math); frames; text, or any element other than the table's own, directly in a
- * table (foster parenting moves it); misnested formatting elements that the adoption agency
- * would move (a "furthest block"), a fourth open element of one formatting tag (Noah's ark),
- * an <a> inside an <a>; <table> while a <p> is open (its effect depends on quirks mode); more
- * than HTML_MAX_DEPTH open elements. Every step is bounded by those sizes, so a scan is
- * linear in the markup. */
+ * strips (script, style, noscript, template, textarea, iframe, xmp, ...); foreign content
+ * (svg, math); frames; text, or any element other than the table's own, directly in a table
+ * (foster parenting moves it); misnested formatting elements that the adoption agency would
+ * move (a "furthest block"), a fourth open element of one formatting tag (Noah's ark), an <a>
+ * inside an <a>; more than HTML_MAX_DEPTH open elements. Every step is bounded by those
+ * sizes, so a scan is linear in the markup. A <select> is read by the select parsing Lexbor
+ * follows (html_pop_to_select); the doctype decides quirks mode (html_doctype_quirks). */
 
 #include "_html_entities.h"
 
@@ -2161,7 +2161,7 @@ enum {
     T_INPUT, T_ISINDEX, T_KEYGEN, T_LI, T_LINK, T_LISTING, T_MAIN, T_MARQUEE, T_MATH, T_MENU,
     T_META, T_NAV, T_NOBR, T_NOEMBED, T_NOFRAMES, T_NOSCRIPT, T_OBJECT, T_OL, T_OPTGROUP,
     T_OPTION, T_P, T_PARAM, T_PLAINTEXT, T_PRE, T_RB, T_RP, T_RT, T_RTC, T_S, T_SCRIPT,
-    T_SEARCH, T_SECTION, T_SELECT, T_SMALL, T_SOURCE, T_STRIKE, T_STRONG, T_STYLE, T_SUMMARY,
+    T_SEARCH, T_SECTION, T_SELECT, T_SELECTEDCONTENT, T_SMALL, T_SOURCE, T_STRIKE, T_STRONG, T_STYLE, T_SUMMARY,
     T_SVG, T_TABLE, T_TBODY, T_TD, T_TEMPLATE, T_TEXTAREA, T_TFOOT, T_TH, T_THEAD, T_TITLE,
     T_TR, T_TRACK, T_TT, T_U, T_UL, T_WBR, T_XMP, T_COUNT
 };
@@ -2253,8 +2253,8 @@ static const HtmlTag html_tags[] = {  /* sorted by name */
     {"noscript", T_NOSCRIPT, SP | HF_UNSURE},
     {"object", T_OBJECT, SP | HF_SCOPE | HF_UNSURE},
     {"ol", T_OL, SP | HF_CLOSE_P | HF_BLOCK_END},
-    {"optgroup", T_OPTGROUP, HF_IMPLIED | HF_UNSURE},
-    {"option", T_OPTION, HF_IMPLIED | HF_UNSURE},
+    {"optgroup", T_OPTGROUP, HF_IMPLIED},
+    {"option", T_OPTION, HF_IMPLIED},
     {"p", T_P, SP | HF_CLOSE_P | HF_IMPLIED},
     {"param", T_PARAM, SP},
     {"plaintext", T_PLAINTEXT, SP | HF_UNSURE},
@@ -2267,7 +2267,8 @@ static const HtmlTag html_tags[] = {  /* sorted by name */
     {"script", T_SCRIPT, SP},
     {"search", T_SEARCH, SP | HF_UNSURE},
     {"section", T_SECTION, SP | HF_CLOSE_P | HF_BLOCK_END},
-    {"select", T_SELECT, SP | HF_UNSURE},
+    {"select", T_SELECT, SP | HF_SCOPE | HF_BLOCK_END},  /* a scope boundary in Lexbor */
+    {"selectedcontent", T_SELECTEDCONTENT, HF_UNSURE},  /* an option's content is cloned in */
     {"small", T_SMALL, HF_FORMAT},
     {"source", T_SOURCE, SP},
     {"strike", T_STRIKE, HF_FORMAT},
@@ -2317,6 +2318,8 @@ typedef struct {
     unsigned char len;               /* of name, for T_OTHER */
     char name[HTML_NAME_MAX];        /* lower-cased, T_OTHER only */
     uint32_t serial;
+    unsigned char merge_after;       /* the merge flag once it is popped (html_foster_start) */
+    Py_ssize_t start;                /* a table: where its text starts in out (html_foster_char) */
 } HtmlOpen;
 
 typedef struct {
@@ -2345,7 +2348,9 @@ typedef struct {
     int hidden;         /* the tag just read has type=hidden */
     int raw;            /* the element just opened holds raw text (RAW_*) */
     int raw_merge;      /* -1, or the merge flag to restore after it (one put in the head) */
-    int quirks;         /* 1: quirks mode (no doctype), 0: no quirks (<!DOCTYPE html>), -1: other */
+    int quirks;         /* 1: quirks mode (no doctype, or an old one), 0: (limited) no quirks */
+    int fostering;      /* a start tag in a table, read by the rules for in body */
+    Py_ssize_t moved;   /* the characters of text moved to put text before a table */
     uint64_t attributes;        /* the digest of the tag's attributes (html_attribute) */
     int attributes_unsure;
     int n_attributes;
@@ -2407,6 +2412,12 @@ html_put(HtmlScan *h, Py_UCS4 c)
 
 /* ---- the stack of open elements and the active formatting elements ---- */
 
+static int
+html_tableish(int id)
+{
+    return id == T_TABLE || id == T_TBODY || id == T_THEAD || id == T_TFOOT || id == T_TR;
+}
+
 static void
 html_push(HtmlScan *h, int id, const char *name, int len)
 {
@@ -2414,12 +2425,17 @@ html_push(HtmlScan *h, int id, const char *name, int len)
         h->unsure = __LINE__;
         return;
     }
+    /* an element that foster parenting puts before the table leaves the table's children
+     * (and whether the last of them is a text node) as they were */
+    int fostered = h->fostering && html_tableish(h->open[h->depth - 1].id);
     HtmlOpen *e = &h->open[h->depth++];
     e->id = (unsigned char)id;
     e->len = (unsigned char)len;
     if (id == T_OTHER)
         memcpy(e->name, name, (size_t)len);
     e->serial = ++h->serial;
+    e->merge_after = (unsigned char)(fostered && h->merge);
+    e->start = h->out_len;
     h->merge = 0;
 }
 
@@ -2431,6 +2447,7 @@ html_pop(HtmlScan *h)
         return;
     }
     HtmlOpen *e = &h->open[--h->depth];
+    int merge_after = e->merge_after;
     if (H_FLAGS(e->id) & HF_FORMAT) {
         for (int k = h->n_active - 1; k >= 0; k--)
             if (h->active[k].id != 0 && h->active[k].serial == e->serial) {
@@ -2439,7 +2456,7 @@ html_pop(HtmlScan *h)
                 break;
             }
     }
-    h->merge = 0;
+    h->merge = merge_after;
 }
 
 static int
@@ -2629,12 +2646,51 @@ html_insert_text(HtmlScan *h, Py_UCS4 c)
     html_put(h, c);
 }
 
-static int
-html_tableish(int id)
-{
-    return id == T_TABLE || id == T_TBODY || id == T_THEAD || id == T_TFOOT || id == T_TR;
-}
 
+
+/* A character in a table mode whose current node is an element that foster parenting put
+ * before the table (html_foster_start), by the rules for in body: its text goes before the
+ * table's, at the table's start in out, which moves on past it. Nothing else is open there
+ * (a cell or a table start tag closes the elements put before the table), so only that
+ * table's start moves. The characters of the table's text moved for it are counted, and past
+ * a few times the markup's length the scan gives up, so that it stays linear. */
+static void
+html_foster_char(HtmlScan *h, Py_UCS4 c)
+{
+    h->fostering = 1;
+    html_reconstruct(h);
+    h->fostering = 0;
+    int k = h->depth - 1;
+    while (k > 0 && h->open[k].id != T_TABLE)
+        k--;
+    HtmlOpen *table = &h->open[k];
+    Py_ssize_t at = table->start, after = h->out_len - at;
+    Py_UCS4 add[2] = {' ', c};
+    int len = 1, skip = 0;
+    if (!h->merge) {  /* a new text node: a separator from the text before or after it */
+        if (at > 0)
+            len = 2;
+        else if (after > 0) {
+            add[0] = c;
+            add[1] = ' ';
+            len = 2;
+            skip = 1;  /* the separator belongs before the table's text */
+        }
+        h->any_text = 1;
+        h->merge = 1;
+    }
+    h->moved += after;
+    if (h->moved > 4 * h->n + 4096) {
+        h->unsure = __LINE__;
+        return;
+    }
+    if (html_grow(h, len) < 0)
+        return;
+    memmove(h->out + at + len, h->out + at, (size_t)after * sizeof(Py_UCS4));
+    memcpy(h->out + at, len == 1 ? add + 1 : add, (size_t)len * sizeof(Py_UCS4));
+    h->out_len += len;
+    table->start = at + len - skip;
+}
 
 /* one character token */
 static void
@@ -2684,8 +2740,12 @@ html_char(HtmlScan *h, Py_UCS4 c)
         case M_IN_TABLE:
         case M_IN_TABLE_BODY:
         case M_IN_ROW:
-            if (!space || !html_tableish(H_TOP(h).id)) {
-                h->unsure = __LINE__;  /* foster parenting */
+            if (!html_tableish(H_TOP(h).id)) {  /* in an element put before the table */
+                html_foster_char(h, c);
+                return;
+            }
+            if (!space) {
+                h->unsure = __LINE__;  /* text in the table itself goes before it */
                 return;
             }
             html_insert_text(h, c);
@@ -3129,7 +3189,7 @@ html_adoption_agency(HtmlScan *h, HtmlTagToken *t)
             return;
         }
         memmove(&h->open[f + 2], &h->open[f + 1], (size_t)(h->depth - f - 1) * sizeof(HtmlOpen));
-        h->open[f + 1] = (HtmlOpen){(unsigned char)t->id, 0, {0}, fresh};
+        h->open[f + 1] = (HtmlOpen){(unsigned char)t->id, 0, {0}, fresh, 0, 0};
         h->depth++;
     }
 }
@@ -3221,6 +3281,20 @@ html_body_end(HtmlScan *h, HtmlTagToken *t)
     html_generic_end(h, t);
 }
 
+/* Pops the select in scope and everything above it, if there is one: whether it did. The
+ * select parsing Lexbor follows (whatwg/html#10548, Lexbor 2025-09) has no select insertion
+ * mode: a select's content is read by the rules for in body, and a select is a scope
+ * boundary of its own (Lexbor's tag categories). */
+static int
+html_pop_to_select(HtmlScan *h)
+{
+    int k = html_in_scope(h, T_SELECT, SCOPE_DEFAULT);
+    if (k < 0)
+        return 0;
+    html_pop_to(h, k);
+    return 1;
+}
+
 /* an element whose content the tokenizer reads as raw text (html_raw_text) */
 static void
 html_raw_element(HtmlScan *h, int id, int kind)
@@ -3242,7 +3316,8 @@ html_body_start_tag(HtmlScan *h, HtmlTagToken *t)
         return;
     }
     if (f & HF_HEAD_VOID) {
-        h->merge = 0;
+        if (!(h->fostering && html_tableish(H_TOP(h).id)))
+            h->merge = 0;
         return;
     }
     if (f & HF_CLOSE_P) {
@@ -3258,8 +3333,11 @@ html_body_start_tag(HtmlScan *h, HtmlTagToken *t)
         return;
     }
     if (f & HF_VOID) {
+        if (id == T_INPUT)  /* an <input> closes an open select first */
+            html_pop_to_select(h);
         html_reconstruct(h);
-        h->merge = 0;
+        if (!(h->fostering && html_tableish(H_TOP(h).id)))
+            h->merge = 0;  /* (one put before the table leaves the table's last child) */
         return;
     }
     if (f & HF_FORMAT) {
@@ -3328,20 +3406,31 @@ html_body_start_tag(HtmlScan *h, HtmlTagToken *t)
         return;
     }
     case T_TABLE:
-        if (html_in_scope(h, T_P, SCOPE_BUTTON) >= 0) {  /* closed first unless in quirks mode */
-            if (h->quirks < 0) {
-                h->unsure = __LINE__;
-                return;
-            }
-            if (h->quirks == 0)
-                html_close_p(h);
-        }
+        if (!h->quirks)  /* an open <p> is closed first unless in quirks mode */
+            html_close_p_if_open(h);
         html_push(h, id, NULL, 0);
         h->mode = M_IN_TABLE;
         return;
     case T_HR:
         html_close_p_if_open(h);
+        if (html_in_scope(h, T_SELECT, SCOPE_DEFAULT) >= 0)
+            html_implied_end_tags(h, -1);
         h->merge = 0;
+        return;
+    case T_SELECT:  /* a <select> in a select closes it and is dropped */
+        if (html_pop_to_select(h))
+            return;
+        html_reconstruct(h);
+        html_push(h, id, NULL, 0);
+        return;
+    case T_OPTION:
+    case T_OPTGROUP:
+        if (html_in_scope(h, T_SELECT, SCOPE_DEFAULT) >= 0)
+            html_implied_end_tags(h, id == T_OPTION ? T_OPTGROUP : -1);
+        else if (H_TOP(h).id == T_OPTION)
+            html_pop(h);
+        html_reconstruct(h);
+        html_push(h, id, NULL, 0);
         return;
     case T_PARAM:
     case T_SOURCE:
@@ -3417,6 +3506,54 @@ html_close_cell(HtmlScan *h)
     }
     html_clear_to_marker(h);
     h->mode = M_IN_ROW;
+}
+
+/* The index of the topmost table, table section or row of the stack: in a table mode, the
+ * elements above it are the ones foster parenting put before the table */
+static int
+html_table_context(HtmlScan *h)
+{
+    int k = h->depth - 1;
+    while (k > 0 && !html_tableish(h->open[k].id))
+        k--;
+    return k;
+}
+
+/* A start tag in a table that is not the table's own: by the rules for in body, the element
+ * going before the table (foster parenting). Followed for the elements whose content goes on
+ * in them (formatting but <a>, blocks that close a <p>, unknown ones) and the void ones; the
+ * text that would go before the table is not (html_char gives up on text in a table mode
+ * whose current node is not the table's), so the text keeps its order. */
+static void
+html_foster_start(HtmlScan *h, HtmlTagToken *t)
+{
+    int id = t->id, f = H_FLAGS(id);
+    if (!(((f & HF_FORMAT) && id != T_A) || (f & (HF_CLOSE_P | HF_VOID | HF_HEAD_VOID))
+          || id == T_OTHER)
+        || (f & HF_UNSURE)) {
+        h->unsure = __LINE__;  /* caption, col, <a>, ... */
+        return;
+    }
+    int k = html_table_context(h), mode = h->mode;
+    uint32_t serial = h->open[k].serial;
+    h->fostering = 1;
+    html_body_start_tag(h, t);
+    h->fostering = 0;
+    if (h->depth <= k || h->open[k].serial != serial || h->mode != mode)
+        h->unsure = __LINE__;
+}
+
+/* A <table> start tag in a table (the rules for in table): the open table ends, and the
+ * tag is read again in the mode that leaves (whether to read it again; not: ignored). */
+static int
+html_table_in_table(HtmlScan *h)
+{
+    int k = html_in_scope(h, T_TABLE, SCOPE_TABLE);
+    if (k < 0)
+        return 0;
+    html_pop_to(h, k);
+    html_reset_mode(h);
+    return 1;
 }
 
 static void
@@ -3512,6 +3649,10 @@ html_start(HtmlScan *h, HtmlTagToken *t)
             case T_SCRIPT:
                 html_raw_element(h, id, RAW_DROP);
                 return;
+            case T_TABLE:
+                if (!html_table_in_table(h))
+                    return;
+                continue;
             case T_INPUT:
                 if (h->hidden) {  /* stays in the table */
                     h->merge = 0;
@@ -3519,7 +3660,7 @@ html_start(HtmlScan *h, HtmlTagToken *t)
                 }
                 break;
             }
-            h->unsure = __LINE__;  /* caption, col, a nested table, or fostered content */
+            html_foster_start(h, t);
             return;
         case M_IN_TABLE_BODY:
             switch (id) {
@@ -3539,6 +3680,10 @@ html_start(HtmlScan *h, HtmlTagToken *t)
                 html_clear_to(h, T_TBODY, T_THEAD, T_TFOOT);
                 html_pop(h);
                 h->mode = M_IN_TABLE;
+                continue;
+            case T_TABLE:  /* by the rules for in table, which change the mode */
+                if (!html_table_in_table(h))
+                    return;
                 continue;
             }
             h->mode = M_IN_TABLE;  /* "process using the rules for in table" */
@@ -3560,6 +3705,10 @@ html_start(HtmlScan *h, HtmlTagToken *t)
                 html_clear_to(h, T_TR, T_TR, T_TR);
                 html_pop(h);
                 h->mode = M_IN_TABLE_BODY;
+                continue;
+            case T_TABLE:  /* by the rules for in table, which change the mode */
+                if (!html_table_in_table(h))
+                    return;
                 continue;
             }
             h->mode = M_IN_TABLE;
@@ -3649,10 +3798,13 @@ html_end(HtmlScan *h, HtmlTagToken *t)
             case T_TD: case T_TFOOT: case T_TH: case T_THEAD: case T_TR:
                 return;
             }
-            {  /* in body, with foster parenting: only what changes nothing is followed */
-                int depth = h->depth;
+            /* in body, with foster parenting: followed where it closes at most the elements
+             * put before the table */
+            {
+                int k = html_table_context(h);
+                uint32_t serial = h->open[k].serial;
                 html_body_end(h, t);
-                if (h->depth != depth || h->mode != M_IN_TABLE)
+                if (h->depth <= k || h->open[k].serial != serial || h->mode != M_IN_TABLE)
                     h->unsure = __LINE__;
             }
             return;
@@ -3867,6 +4019,145 @@ html_raw_text(HtmlScan *h, Py_ssize_t j, HtmlTagToken *t)
     return j;
 }
 
+/* The public identifiers of quirks mode (the standard's list, as Lexbor has it) */
+static const char *const html_quirks_public_is[] = {
+    "-//W3O//DTD W3 HTML Strict 3.0//EN//", "-/W3C/DTD HTML 4.0 Transitional/EN", "HTML"};
+static const char *const html_quirks_public_start[] = {
+    "+//Silmaril//dtd html Pro v0r11 19970101//", "-//AS//DTD HTML 3.0 asWedit + extensions//",
+    "-//AdvaSoft Ltd//DTD HTML 3.0 asWedit + extensions//", "-//IETF//DTD HTML 2.0 Level 1//",
+    "-//IETF//DTD HTML 2.0 Level 2//", "-//IETF//DTD HTML 2.0 Strict Level 1//",
+    "-//IETF//DTD HTML 2.0 Strict Level 2//", "-//IETF//DTD HTML 2.0 Strict//",
+    "-//IETF//DTD HTML 2.0//", "-//IETF//DTD HTML 2.1E//", "-//IETF//DTD HTML 3.0//",
+    "-//IETF//DTD HTML 3.2 Final//", "-//IETF//DTD HTML 3.2//", "-//IETF//DTD HTML 3//",
+    "-//IETF//DTD HTML Level 0//", "-//IETF//DTD HTML Level 1//", "-//IETF//DTD HTML Level 2//",
+    "-//IETF//DTD HTML Level 3//", "-//IETF//DTD HTML Strict Level 0//",
+    "-//IETF//DTD HTML Strict Level 1//", "-//IETF//DTD HTML Strict Level 2//",
+    "-//IETF//DTD HTML Strict Level 3//", "-//IETF//DTD HTML Strict//", "-//IETF//DTD HTML//",
+    "-//Metrius//DTD Metrius Presentational//",
+    "-//Microsoft//DTD Internet Explorer 2.0 HTML Strict//",
+    "-//Microsoft//DTD Internet Explorer 2.0 HTML//",
+    "-//Microsoft//DTD Internet Explorer 2.0 Tables//",
+    "-//Microsoft//DTD Internet Explorer 3.0 HTML Strict//",
+    "-//Microsoft//DTD Internet Explorer 3.0 HTML//",
+    "-//Microsoft//DTD Internet Explorer 3.0 Tables//", "-//Netscape Comm. Corp.//DTD HTML//",
+    "-//Netscape Comm. Corp.//DTD Strict HTML//", "-//O'Reilly and Associates//DTD HTML 2.0//",
+    "-//O'Reilly and Associates//DTD HTML Extended 1.0//",
+    "-//O'Reilly and Associates//DTD HTML Extended Relaxed 1.0//",
+    "-//SQ//DTD HTML 2.0 HoTMetaL + extensions//",
+    "-//SoftQuad Software//DTD HoTMetaL PRO 6.0::19990601::extensions to HTML 4.0//",
+    "-//SoftQuad//DTD HoTMetaL PRO 4.0::19971010::extensions to HTML 4.0//",
+    "-//Spyglass//DTD HTML 2.0 Extended//", "-//Sun Microsystems Corp.//DTD HotJava HTML//",
+    "-//Sun Microsystems Corp.//DTD HotJava Strict HTML//", "-//W3C//DTD HTML 3 1995-03-24//",
+    "-//W3C//DTD HTML 3.2 Draft//", "-//W3C//DTD HTML 3.2 Final//", "-//W3C//DTD HTML 3.2//",
+    "-//W3C//DTD HTML 3.2S Draft//", "-//W3C//DTD HTML 4.0 Frameset//",
+    "-//W3C//DTD HTML 4.0 Transitional//", "-//W3C//DTD HTML Experimental 19960712//",
+    "-//W3C//DTD HTML Experimental 970421//", "-//W3C//DTD W3 HTML//",
+    "-//W3O//DTD W3 HTML 3.0//", "-//WebTechs//DTD Mozilla HTML 2.0//",
+    "-//WebTechs//DTD Mozilla HTML//"};
+/* quirks where the doctype has no system identifier (limited quirks where it has one) */
+static const char *const html_quirks_public_start_no_system[] = {
+    "-//W3C//DTD HTML 4.01 Frameset//", "-//W3C//DTD HTML 4.01 Transitional//"};
+#define HTML_COUNT(a) ((int)(sizeof a / sizeof a[0]))
+
+/* Whether markup[at:end] is (``prefix``: starts with) ``text``, ignoring ASCII case */
+static int
+html_ascii_starts(HtmlScan *h, Py_ssize_t at, Py_ssize_t end, const char *text, int prefix)
+{
+    Py_ssize_t len = (Py_ssize_t)strlen(text);
+    if (end - at < len || (!prefix && end - at != len))
+        return 0;
+    for (Py_ssize_t k = 0; k < len; k++) {
+        Py_UCS4 c = H_AT(h, at + k), t = (Py_UCS4)(unsigned char)text[k];
+        if ((c >= 'A' && c <= 'Z' ? c + 0x20 : c) != (t >= 'A' && t <= 'Z' ? t + 0x20 : t))
+            return 0;
+    }
+    return 1;
+}
+
+/* A quoted identifier of a doctype at markup[*i] (a quote): its start and end; 0 where it is
+ * not closed before the doctype's end (force-quirks) */
+static int
+html_doctype_identifier(HtmlScan *h, Py_ssize_t *i, Py_ssize_t end, Py_ssize_t span[2])
+{
+    Py_UCS4 quote = H_AT(h, *i);
+    Py_ssize_t k = *i + 1;
+    span[0] = k;
+    while (k < end && H_AT(h, k) != quote)
+        k++;
+    if (k == end)
+        return 0;
+    span[1] = k;
+    *i = k + 1;
+    return 1;
+}
+
+/* Whether the doctype whose text after "<!DOCTYPE" is markup[i:end] (end: its '>', or the
+ * markup's end) puts the document in quirks mode: the tokenizer's doctype states (name,
+ * PUBLIC and SYSTEM keywords, quoted identifiers, force-quirks), then the initial insertion
+ * mode's rules as Lexbor applies them (an empty identifier counts as a missing one). Only
+ * quirks against no quirks matters here (limited quirks reads <table> as no quirks does). */
+static int
+html_doctype_quirks(HtmlScan *h, Py_ssize_t i, Py_ssize_t end)
+{
+    if (end == h->n)
+        return 1;  /* ended by the end of the markup: force-quirks */
+    for (Py_ssize_t k = i; k < end; k++)
+        if (H_AT(h, k) == 0) {
+            h->unsure = __LINE__;  /* a NUL is read as U+FFFD */
+            return 1;
+        }
+    while (i < end && html_space(H_AT(h, i)))
+        i++;
+    if (i == end)
+        return 1;  /* no name */
+    Py_ssize_t name = i;
+    while (i < end && !html_space(H_AT(h, i)))
+        i++;
+    int is_html = html_ascii_starts(h, name, i, "html", 0);
+    Py_ssize_t public[2] = {0, 0}, system[2] = {0, 0};
+    while (i < end && html_space(H_AT(h, i)))
+        i++;
+    if (i < end) {
+        int is_public = html_ascii_starts(h, i, end, "public", 1);
+        if (!is_public && !html_ascii_starts(h, i, end, "system", 1))
+            return 1;  /* bogus: force-quirks */
+        i += 6;
+        for (int id = is_public ? 0 : 1; id < 2; id++) {
+            Py_ssize_t *span = id == 0 ? public : system;
+            while (i < end && html_space(H_AT(h, i)))
+                i++;
+            if (i == end) {
+                if (id == 1 && is_public)
+                    break;  /* a public identifier only */
+                return 1;  /* a keyword without its identifier */
+            }
+            Py_UCS4 c = H_AT(h, i);
+            if ((c != '"' && c != '\'') || !html_doctype_identifier(h, &i, end, span))
+                return 1;
+        }
+        /* after the system identifier anything is bogus, without force-quirks */
+    }
+    if (!is_html)
+        return 1;
+    Py_ssize_t public_len = public[1] - public[0], system_len = system[1] - system[0];
+    if (public_len) {
+        for (int k = 0; k < HTML_COUNT(html_quirks_public_is); k++)
+            if (html_ascii_starts(h, public[0], public[1], html_quirks_public_is[k], 0))
+                return 1;
+        for (int k = 0; k < HTML_COUNT(html_quirks_public_start); k++)
+            if (html_ascii_starts(h, public[0], public[1], html_quirks_public_start[k], 1))
+                return 1;
+    }
+    if (system_len && html_ascii_starts(h, system[0], system[1],
+                                        "http://www.ibm.com/data/dtd/v11/ibmxhtml1-transitional.dtd", 0))
+        return 1;
+    if (public_len && !system_len)
+        for (int k = 0; k < HTML_COUNT(html_quirks_public_start_no_system); k++)
+            if (html_ascii_starts(h, public[0], public[1], html_quirks_public_start_no_system[k], 1))
+                return 1;
+    return 0;
+}
+
 /* markup[i] == '<': the token it starts; the index after it */
 static Py_ssize_t
 html_markup_at(HtmlScan *h, Py_ssize_t i)
@@ -3922,17 +4213,7 @@ html_markup_at(HtmlScan *h, Py_ssize_t i)
             h->skip_lf = 0;
             if (h->mode == M_INITIAL) {
                 h->mode = M_BEFORE_HTML;
-                Py_ssize_t name = j + 8;
-                while (name < k && html_space(H_AT(h, name)))
-                    name++;
-                Py_ssize_t name_end = name;
-                while (name_end < k && !html_space(H_AT(h, name_end)))
-                    name_end++;
-                Py_ssize_t rest = name_end;
-                while (rest < k && html_space(H_AT(h, rest)))
-                    rest++;
-                /* no quirks for <!DOCTYPE html>; the other doctypes are not told apart here */
-                h->quirks = k < n && rest == k && html_ascii_is(h, name, name_end, "html") ? 0 : -1;
+                h->quirks = html_doctype_quirks(h, j + 8, k);
             }
             return k < n ? k + 1 : n;
         }

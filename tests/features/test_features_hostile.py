@@ -272,6 +272,12 @@ _HTML_MEGABYTES = {
     "many attributes": "<font " + "x=1 " * 250_000,
     "script escapes": "<script><!--" + "<script>" * 120_000,
     "title end tag prefixes": "<title>" + "</titl" * 160_000,
+    "selects in selects": "<select><option><b>x" * 55_000,
+    "options and optgroups": "<select>" + "<option><optgroup><hr><input>x" * 33_000,
+    "paragraphs in selects": "<p><select><i>" * 70_000,
+    "text put before a long table": "<table><tr><td>" + "x" * 500_000 + "</td></tr>"
+    + "<center> </center>" * 25_000,
+    "elements put before a table": "<table><tr>" + "<font> " * 140_000,
 }
 
 
