@@ -834,7 +834,9 @@ def _read_leaf(
     if ctype == "text/html" or (ctype != "text/plain" and _looks_like_html(text)):
         html = budget.spend_text(text)
         method = options.html
-        if method != "strip" and html.count("<") > MAX_PARSED_TAGS:
+        # markup of no more characters than the limit holds no more tags: nothing to count
+        if (method != "strip" and len(html) > MAX_PARSED_TAGS
+                and html.count("<") > MAX_PARSED_TAGS):
             _note(defects, "html_too_many_tags")
             method = "strip"
         mail.parts.append(TextPart(ctype, charset, html_to_text(html, method), html))
