@@ -150,7 +150,9 @@ class Featurizer:
         numeric = None
         if options.meta_features:
             numeric = meta_features(mail, text, counts, n_words, hosts)
-        return Features(self._hashed(counts), numeric, tuple(budget.hit), mail.defects)
+        if options.hash_buckets:
+            counts = self._hashed(counts)
+        return Features(counts, numeric, tuple(budget.hit), mail.defects)
 
     def from_text(self, text: str) -> Features:
         """Features of plain text (an SMS, a note): the same tokenizer, no headers."""
