@@ -204,6 +204,10 @@ class Tokenizer:
         self._in_any_order = (
             not (options.bigrams or options.osb_window) and options.numbers == "keep"
         )
+        # the money regex and its count in one call, where the amounts are kept as they are
+        self._count_money: Callable[[str, Counter[str]], None] | None = (
+            _tokens.count_money if native and options.numbers == "keep" else None
+        )
 
     def words(self, text: str) -> list[str]:
         """The words of ``text`` in order: lower-cased, length-bounded, Chinese segmented.
@@ -391,11 +395,14 @@ class Tokenizer:
         if counts is None:
             counts, n_words = self._count_in_order(text, max_tokens, on_cut)
         if "$" in text and options.numbers != "drop":
-            money = _MONEY_RE.findall(text)
-            if options.numbers == "shape":
-                money = [_DIGIT_RE.sub("0", m) for m in money]
-            for amount in money:  # a few: Counter.update's checks cost more than the loop
-                counts[amount] = counts.get(amount, 0) + 1
+            if self._count_money is not None:  # the amounts as they are, counted in C
+                self._count_money(text, counts)
+            else:
+                money = _MONEY_RE.findall(text)
+                if options.numbers == "shape":
+                    money = [_DIGIT_RE.sub("0", m) for m in money]
+                for amount in money:  # a few: Counter.update's checks cost more than the loop
+                    counts[amount] = counts.get(amount, 0) + 1
         if urls and options.url_tokens:
             self.count_url_tokens(text, counts)
         return counts, n_words
