@@ -100,7 +100,9 @@ class Featurizer:
     def from_raw(self, raw: bytes) -> Features:
         """Features of an RFC 822 message given as bytes."""
         budget = Budget(self.options)
-        mail = read_mail(_as_bytes(raw), self.options, budget, native=self.tokenizer.native)
+        if type(raw) is not bytes:  # nearly all raw mail is bytes: no call to see that
+            raw = _as_bytes(raw)
+        mail = read_mail(raw, self.options, budget, native=self.tokenizer.native)
         return self._from_mail(mail, budget)
 
     def from_mail(self, mail: ParsedMail) -> Features:
@@ -112,8 +114,13 @@ class Featurizer:
     def _from_mail(self, mail: ParsedMail, budget: Budget) -> Features:
         options = self.options
         text = mail.text
-        expected = _expected_tokens(text, mail)
-        counts, n_words = self._count(text, budget, urls=False, expected=expected)
+        if budget.out_of_time():  # self._count's steps, without its call
+            counts, n_words = Counter(), 0
+        else:
+            counts, n_words = self.tokenizer.count_words(
+                text, options.max_tokens, lambda: budget.exceeded("max_tokens"), False,
+                _expected_tokens(text, mail),
+            )
         hosts = None
         # URL tokens from the markup of HTML parts: links are not visible text
         count_urls = self._count_urls_in_c
@@ -137,14 +144,15 @@ class Featurizer:
                 options.header_shapes, counts,
             )
         if options.mime_tokens:
-            for token in _mime_tokens(mail):  # a few: Counter.update's checks cost more
-                counts[token] = counts.get(token, 0) + 1
+            _count_mime_tokens(mail, counts)
         if options.defect_tokens and mail.defects:
             counts.update("defect:" + d for d in mail.defects)
         numeric = None
         if options.meta_features:
             numeric = meta_features(mail, text, counts, n_words, hosts)
-        return Features(self._hashed(counts), numeric, tuple(budget.hit), mail.defects)
+        if options.hash_buckets:
+            counts = self._hashed(counts)
+        return Features(counts, numeric, tuple(budget.hit), mail.defects)
 
     def from_text(self, text: str) -> Features:
         """Features of plain text (an SMS, a note): the same tokenizer, no headers."""
@@ -275,16 +283,38 @@ def _address_tokens(prefix: str, addresses: list[str]) -> list[str]:
     return tokens
 
 
-def _mime_tokens(mail: ParsedMail) -> list[str]:
-    tokens = ["mime:" + p.content_type for p in mail.parts]
+def _count_mime_tokens(mail: ParsedMail, counts: Counter[str]) -> None:
+    """``counts.update(_mime_tokens(mail))``, without the list: a mail has a few, for which
+    ``Counter.update``'s checks cost more than the loop."""
+    for part in mail.parts:
+        token = "mime:" + part.content_type
+        counts[token] = counts.get(token, 0) + 1
     if mail.content_type.startswith("multipart/"):
-        tokens.append("mime:" + mail.content_type)
-    tokens += ["charset:" + c for c in mail.charsets]
+        token = "mime:" + mail.content_type
+        counts[token] = counts.get(token, 0) + 1
+    for charset in mail.charsets:
+        token = "charset:" + charset
+        counts[token] = counts.get(token, 0) + 1
+    if mail.attachments:
+        for token in _attachment_tokens(mail):
+            counts[token] = counts.get(token, 0) + 1
+
+
+def _attachment_tokens(mail: ParsedMail) -> list[str]:
+    tokens = []
     for attachment in mail.attachments:
         tokens.append("attach:" + attachment.content_type)
         if attachment.filename and "." in attachment.filename:
             tokens.append("attach:." + attachment.filename.rpartition(".")[2].lower()[:10])
     return tokens
+
+
+def _mime_tokens(mail: ParsedMail) -> list[str]:
+    tokens = ["mime:" + p.content_type for p in mail.parts]
+    if mail.content_type.startswith("multipart/"):
+        tokens.append("mime:" + mail.content_type)
+    tokens += ["charset:" + c for c in mail.charsets]
+    return tokens + _attachment_tokens(mail)
 
 
 def _as_bytes(raw: bytes) -> bytes:

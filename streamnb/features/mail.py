@@ -273,7 +273,9 @@ def read_mail(
     raw = bytes(raw)
     if b"\r" in raw:
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    wanted = _wanted_headers(options.header_fields)
+    header_fields = options.header_fields
+    last = _last_wanted  # the fields of the options before (a featurizer's, every mail)
+    wanted = last[1] if last[0] is header_fields else _remember_wanted(header_fields)
     if c is not None and wanted.names is not _REGEX_ONLY:
         # Nearly all mail: header lines closed by an empty line, read in one call into C
         top = c.read_top(raw, wanted.names, _MIME_HEADERS)
@@ -309,7 +311,9 @@ def _read_closed(top: tuple, size: int, options: FeaturizerOptions, budget: Budg
         mail = ParsedMail(plain_headers, subject, from_addrs, to_addrs, size=size)
     defects: list[str] = []
     hint = _encoded_word_charset(headers) if encoded_words else None
-    fields = _part_fields(*top_values, "text/plain")
+    fields = _TOP_PART_FIELDS.get(top_values)
+    if fields is None:
+        fields = _top_part_fields(top_values)
     if fields.maintype == "multipart" or fields.ctype in _ENCLOSING or options.max_parts < 1:
         _read_entities(mail, headers, body, hint, options, budget, defects, c, top_values)
     else:
@@ -323,6 +327,23 @@ def _read_closed(top: tuple, size: int, options: FeaturizerOptions, budget: Budg
     mail.defects = tuple(defects)
     mail.header_block = header_block
     return mail
+
+
+def _top_part_fields(top_values: tuple[bytes | None, ...]) -> _PartFields:
+    """``_part_fields`` of a top entity's MIME field values, kept in ``_TOP_PART_FIELDS``
+    (looked up by the tuple ``read_top`` gives, without a call) where it would keep them."""
+    fields = _part_fields(*top_values, "text/plain")
+    if len(_TOP_PART_FIELDS) < _TOP_PART_FIELDS_KEPT and all(
+        v is None or len(v) <= _CACHED_CONTENT_TYPE_CHARS for v in top_values
+    ):
+        _TOP_PART_FIELDS[top_values] = fields
+    return fields
+
+
+# A stream's top entities carry a few hundred distinct short combinations of MIME values:
+# the first 4,096 are kept for good (a hostile stream's are read every time, as before).
+_TOP_PART_FIELDS: dict[tuple[bytes | None, ...], _PartFields] = {}
+_TOP_PART_FIELDS_KEPT = 4096
 
 
 def _read_header_values(
@@ -407,6 +428,17 @@ def _wanted_headers(header_fields: tuple[str, ...]) -> _Fields:
 
 
 _MIME_FIELDS = _header_re(_MIME_HEADERS)
+
+# (header_fields, _wanted_headers(header_fields)) of the mail read last: read_mail finds the
+# fields by the tuple's identity, without _wanted_headers' hash of its score of names.
+_last_wanted: tuple[tuple[str, ...] | None, _Fields | None] = (None, None)
+
+
+def _remember_wanted(header_fields: tuple[str, ...]) -> _Fields:
+    global _last_wanted
+    wanted = _wanted_headers(header_fields)
+    _last_wanted = (header_fields, wanted)
+    return wanted
 
 
 def _header_lines_end(data: bytes, pos: int, c) -> int:
@@ -824,22 +856,30 @@ def _read_leaf(
     if budget.text_left <= 0:
         budget.exceeded("max_text_chars")
         return
-    data = _decode_transfer(body, encoding, defects)
-    data = budget.take_text(data)
+    data = body if encoding in _AS_IS else _decode_transfer(body, encoding, defects)
+    if len(data) > budget.text_left:  # budget.take_text, called only where it cuts
+        data = budget.take_text(data)
     charset = fields.charset
     # ASCII (most text): decode_text's first step, without the call
     text = data.decode("ascii") if data.isascii() else decode_text(
         data, charset, hint, options.default_charset
     )
-    if ctype == "text/html" or (ctype != "text/plain" and _looks_like_html(text)):
-        html = budget.spend_text(text)
+    is_html = ctype == "text/html" or (ctype != "text/plain" and _looks_like_html(text))
+    if len(text) <= budget.text_left:  # budget.spend_text, without the call where it cuts none
+        budget.text_left -= len(text)
+    else:
+        text = budget.spend_text(text)
+    if is_html:
+        html = text
         method = options.html
-        if method != "strip" and html.count("<") > MAX_PARSED_TAGS:
+        # markup of no more characters than the limit holds no more tags: nothing to count
+        if (method != "strip" and len(html) > MAX_PARSED_TAGS
+                and html.count("<") > MAX_PARSED_TAGS):
             _note(defects, "html_too_many_tags")
             method = "strip"
         mail.parts.append(TextPart(ctype, charset, html_to_text(html, method), html))
     else:
-        mail.parts.append(TextPart(ctype, charset, budget.spend_text(text)))
+        mail.parts.append(TextPart(ctype, charset, text))
 
 
 def _looks_like_html(text: str) -> bool:
@@ -884,6 +924,8 @@ def _split_multipart(body: bytes, boundary: str, defects: list[str]) -> list[byt
 # Content-Transfer-Encoding values of RFC 2045 ("" when the header is absent). Any other
 # (x-uuencode, "8-bit", garbage) leaves the body as it is.
 _TRANSFER_ENCODINGS = frozenset({"", "7bit", "8bit", "binary", "base64", "quoted-printable"})
+# The ones whose body is read as it is (_decode_transfer's last case).
+_AS_IS = frozenset({"", "7bit", "8bit", "binary"})
 
 
 def _decode_transfer(body: bytes, encoding: str, defects: list[str]) -> bytes:

@@ -183,6 +183,45 @@ def test_has_han_equals_the_han_regex(text):
         assert _tokens.has_han(char) == tokenize_module.has_han(char)
 
 
+def python_money(text: str, counts: Counter) -> None:
+    """The Python rule of ``_tokens.count_money``: each amount the money regex finds, counted."""
+    for amount in tokenize_module._MONEY_RE.findall(text):
+        counts[amount] = counts.get(amount, 0) + 1
+
+
+money_texts = st.one_of(
+    st.text(st.sampled_from("$$1 9a\u0663\u00b2\u2167\uff15\U0001d7ce\u4e2d\u00e9"), max_size=40),
+    st.text(max_size=40),
+)
+
+
+@settings(max_examples=1000)
+@given(text=money_texts, before=st.dictionaries(st.sampled_from(["$1", "$19", "x"]),
+                                                 st.integers(1, 5)))
+@example(text="$", before={})
+@example(text="$$$1$", before={"$1": 2})
+@example(text="é" * 50 + "$\u0663\u0664" + "$" * 3, before={})  # a 2-byte str
+@example(text="\U0001d7ce$\U0001d7cf0", before={})  # a 4-byte str
+def test_count_money_counts_what_the_money_regex_finds(text, before):
+    in_c, in_python = Counter(before), Counter(before)
+    _tokens.count_money(text, in_c)
+    python_money(text, in_python)
+    assert in_c == in_python and list(in_c) == list(in_python)  # the order found, too
+
+
+def test_count_money_agrees_with_the_regex_on_every_code_point_after_the_dollar():
+    for start in range(0, 0x110000, 0x8000):  # "$" and each code point, a block at a time
+        text = "".join("$" + chr(c) for c in range(start, start + 0x8000) if c != 0x24)
+        in_c, in_python = Counter(), Counter()
+        _tokens.count_money(text, in_c)
+        python_money(text, in_python)
+        assert in_c == in_python
+    with pytest.raises(TypeError):
+        _tokens.count_money(b"$1", Counter())
+    with pytest.raises(TypeError):
+        _tokens.count_money("$1", [])
+
+
 def test_has_han_agrees_with_the_regex_on_every_code_point():
     chars = "".join(map(chr, range(0x110000)))
     found = [i for i in range(0x110000) if tokenize_module._HAN_CHAR_RE.match(chars, i)]
