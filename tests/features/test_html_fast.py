@@ -160,14 +160,15 @@ _SELECT_TAG_NAMES = [
 
 
 @st.composite
-def select_tags(draw):
-    name = draw(st.sampled_from(_SELECT_TAG_NAMES))
+def tags_of(draw, names: list[str], attributes: list[str]):
+    """A start tag (twice as likely) or an end tag of one of ``names``, maybe an attribute."""
     kind = draw(st.sampled_from(["<{}{}>", "<{}{}>", "</{}{}>"]))
-    return kind.format(name, draw(st.sampled_from(["", " class=a", " type=hidden"])))
+    return kind.format(draw(st.sampled_from(names)), draw(st.sampled_from(attributes)))
 
 
+select_tags = tags_of(_SELECT_TAG_NAMES, ["", " class=a", " type=hidden"])
 select_markups = st.lists(
-    st.one_of(select_tags(), select_tags(), select_tags(), _TEXT), max_size=40
+    st.one_of(select_tags, select_tags, select_tags, _TEXT), max_size=40
 ).map("".join)
 
 
@@ -194,15 +195,9 @@ _TABLE_TAG_NAMES = [
 _TABLE_TEXT = st.sampled_from([" ", "\n", "  ", "x", "y z", "<!--c-->", "&nbsp;", "\r\n"])
 
 
-@st.composite
-def table_tags(draw):
-    name = draw(st.sampled_from(_TABLE_TAG_NAMES))
-    kind = draw(st.sampled_from(["<{}{}>", "<{}{}>", "</{}{}>"]))
-    return kind.format(name, draw(st.sampled_from(["", " size=2", " type=hidden"])))
-
-
+table_tags = tags_of(_TABLE_TAG_NAMES, ["", " size=2", " type=hidden"])
 table_markups = st.lists(
-    st.one_of(table_tags(), table_tags(), _TABLE_TEXT), max_size=40
+    st.one_of(table_tags, table_tags, _TABLE_TEXT), max_size=40
 ).map("".join)
 
 
