@@ -2480,6 +2480,15 @@ html_tableish(int id)
     return id == T_TABLE || id == T_TBODY || id == T_THEAD || id == T_TFOOT || id == T_TR;
 }
 
+/* Whether an element opened now goes before the table (foster parenting): a start tag read
+ * by the rules for in body while the current node is the table's own. Such an element leaves
+ * the table's children (and whether the last of them is a text node) as they were. */
+static int
+html_fostered_here(const HtmlScan *h)
+{
+    return h->fostering && html_tableish(H_TOP(h).id);
+}
+
 static void
 html_push(HtmlScan *h, int id, const char *name, int len)
 {
@@ -2487,9 +2496,7 @@ html_push(HtmlScan *h, int id, const char *name, int len)
         h->unsure = __LINE__;
         return;
     }
-    /* an element that foster parenting puts before the table leaves the table's children
-     * (and whether the last of them is a text node) as they were */
-    int fostered = h->fostering && html_tableish(h->open[h->depth - 1].id);
+    int fostered = html_fostered_here(h);
     HtmlOpen *e = &h->open[h->depth++];
     e->id = (unsigned char)id;
     e->len = (unsigned char)len;
@@ -2707,8 +2714,6 @@ html_insert_text(HtmlScan *h, Py_UCS4 c)
     }
     html_put(h, c);
 }
-
-
 
 /* A character in a table mode whose current node is an element that foster parenting put
  * before the table (html_foster_start), by the rules for in body: its text goes before the
@@ -3378,7 +3383,7 @@ html_body_start_tag(HtmlScan *h, HtmlTagToken *t)
         return;
     }
     if (f & HF_HEAD_VOID) {
-        if (!(h->fostering && html_tableish(H_TOP(h).id)))
+        if (!html_fostered_here(h))
             h->merge = 0;
         return;
     }
@@ -3398,8 +3403,8 @@ html_body_start_tag(HtmlScan *h, HtmlTagToken *t)
         if (id == T_INPUT)  /* an <input> closes an open select first */
             html_pop_to_select(h);
         html_reconstruct(h);
-        if (!(h->fostering && html_tableish(H_TOP(h).id)))
-            h->merge = 0;  /* (one put before the table leaves the table's last child) */
+        if (!html_fostered_here(h))
+            h->merge = 0;
         return;
     }
     if (f & HF_FORMAT) {
