@@ -1,6 +1,9 @@
-"""The daemon benchmark times what it says: the first batch's processing is inside the clock."""
+"""The daemon benchmark times what it says: the first batch's processing is inside the clock,
+and its streams are the ones it names."""
 
 from __future__ import annotations
+
+import pytest
 
 import bench.bench_daemon as bench
 from streamnb.daemon.processor import RecordProcessor
@@ -40,3 +43,29 @@ def test_more_sms_copies_repeat_the_stream_under_new_ids():
     assert len(three) == 3 * len(one)
     assert len({key for key, _, _ in three}) == len(three)
     assert [y for _, _, y in three[len(one):2 * len(one)]] == [y for _, _, y in one]
+
+
+def test_the_steady_state_stream_is_the_sms_stream_ten_times_over():
+    assert bench.STREAMS["sms-10x"]() == bench.sms_values(copies=bench.SMS_STEADY_COPIES)
+    assert bench.SMS_STEADY_COPIES == 10
+
+
+def test_the_labelled_share_sets_how_many_messages_carry_their_label(monkeypatch):
+    def share(values):
+        return sum(b'"label"' in value for _, value, _ in values) / len(values)
+
+    assert 0.78 < share(bench.sms_values()) < 0.82  # the default, 0.8
+    monkeypatch.setattr(bench, "LABELLED", 0.5)
+    assert 0.48 < share(bench.sms_values()) < 0.52
+    monkeypatch.setattr(bench, "LABELLED", 0.0)
+    assert share(bench.sms_values()) == 0.0
+
+
+def test_an_unknown_stream_or_share_is_refused_at_once(monkeypatch, capsys):
+    for argv in (["--streams", "sms,mms"], ["--latency-streams", "email"],
+                 ["--labelled", "1.5"]):
+        monkeypatch.setattr("sys.argv", ["bench_daemon", *argv])
+        with pytest.raises(SystemExit) as exited:
+            bench.main()
+        assert exited.value.code == 2
+        assert argv[1].split(",")[-1] in capsys.readouterr().err
