@@ -896,7 +896,7 @@ def fake_loop(rounds: int) -> None:
               + (f", prepare process CPU {child:5.1f} us" if child else ""))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     global LABELLED
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=3, metavar=("WHAT", "TOPIC", "N"), help=argparse.SUPPRESS)
@@ -949,7 +949,7 @@ def main() -> int:
     parser.add_argument("--floor", action="store_true",
                         help="also print the CPU per record of the stages every daemon on these "
                              "parts must run, and the best ratio two cores allow")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not 0.0 <= args.labelled <= 1.0:
         parser.error(f"--labelled {args.labelled}: a share, from 0 to 1")
     LABELLED = args.labelled

@@ -162,14 +162,14 @@ def epoch_cost(stream, kind: str, half_life: int, every: int = 100) -> None:
               flush=True)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half-lives", default="250,1000,4000")
     parser.add_argument("--kind", default="multinomial")
     parser.add_argument("--streams", default=",".join(STREAMS))
     parser.add_argument("--epoch-cost", type=int, metavar="H",
                         help="also print the changelog bytes per commit with half-life H")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     half_lives = [None, *(int(h) for h in args.half_lives.split(","))]
     for name, (stream, switch) in streams(args.streams.split(",")).items():
         print(f"{name}: {len(stream):,} messages, model {args.kind} (default preset)"

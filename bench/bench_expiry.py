@@ -57,13 +57,13 @@ def prequential(stream, budget: int | None, every: int) -> tuple[float, int, int
     return right / len(stream), peak, expired
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budgets", default="150000,20000,5000,2000")
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--shuffle", type=int, help="replay a permutation with this seed")
     parser.add_argument("--corpora", default=",".join(CORPORA))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     budgets = [None, *(int(b) for b in args.budgets.split(","))]
     for name in args.corpora.split(","):
         started = time.perf_counter()

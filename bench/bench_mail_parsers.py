@@ -16,6 +16,7 @@ The library is not a dependency; install it to measure it:
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -55,6 +56,7 @@ def hostile_inputs() -> dict[str, bytes]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     try:
         import fast_mail_parser
     except ImportError:  # not a dependency: `make bench` goes on without it

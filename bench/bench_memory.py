@@ -297,7 +297,7 @@ def child(args: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=300_000)
     parser.add_argument("--kind", default="multinomial")
@@ -307,7 +307,7 @@ def main() -> int:
     parser.add_argument("--slices", type=int, help="measure instead a daemon's N slices and "
                         "their sum, owned and followed from the changelog, against one slice")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ["STREAMNB_BENCH_CORPORA"] = args.corpora
     if args.child:
         what = args.child[0]

@@ -374,7 +374,7 @@ def plot(results: list[dict], path: Path) -> None:
     print(f"plot: {path}")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -396,7 +396,7 @@ def main() -> int:
     parser.add_argument("--trace", help="FROM,TO: tracemalloc the growth between the commits "
                         "at FROM and TO messages (slows the daemon: not for the timed figures)")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child is not None:
         topic, limit, max_tokens, floor = args.child
         trace = tuple(int(n) for n in args.trace.split(",")) if args.trace else None

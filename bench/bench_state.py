@@ -586,7 +586,7 @@ def peer(bootstrap: str, peer_dir: Path, rounds: int) -> None:
           + ", ".join(f"{n / t:,.0f}" for t in times["peer"]) + "]")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--only", default="commits,apply,failover,scale")
@@ -594,7 +594,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--strategies", default="range,cooperative-sticky",
                         help="kafka.assignment_strategy values the rebalance part compares")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     only = set(args.only.split(","))
     print(f"streamnb state benchmark, {os.cpu_count()} CPU(s), load {os.getloadavg()[0]:.1f}")
     if "apply" in only:
