@@ -88,9 +88,11 @@ DATA = Path(os.environ.get("STREAMNB_DATA", REPO.parent / "shared" / "data"))
 
 
 # ---------------------------------------------------------------------- streams
-#: The share of each stream's messages that carry their label (``--labelled``); the others
-#: are unlabelled, and the daemon publishes a prediction for each.
-LABELLED = 0.8
+#: The share of each stream's messages that carry their label (``--labelled``, by default
+#: ``DEFAULT_LABELLED``); the others are unlabelled, and the daemon publishes a prediction for
+#: each.
+DEFAULT_LABELLED = 0.8
+LABELLED = DEFAULT_LABELLED
 
 
 def sms_values(seed: int = 1, copies: int = 1) -> list[tuple[bytes, bytes, str]]:
@@ -908,7 +910,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sms-copies", type=int, default=1,
                         help="the SMS stream of the throughput rounds this many times over, "
                              "under new ids (a loop long enough for several commits)")
-    parser.add_argument("--labelled", type=float, default=LABELLED, metavar="SHARE",
+    parser.add_argument("--labelled", type=float, default=DEFAULT_LABELLED, metavar="SHARE",
                         help="the share of each stream's messages that carry their label "
                              "(default %(default)s)")
     parser.add_argument("--skip-latency", action="store_true")
