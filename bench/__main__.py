@@ -2,7 +2,8 @@
 
 Each module's ``main([])`` runs with its defaults; run a module directly for its options
 (``python -m bench.bench_models --help``). The soak (``bench_soak``: a million messages
-through the daemon, an hour or more) runs only when named: ``python -m bench soak``.
+through the daemon, 1,114 s in the run of docs/benchmarks.md) runs only when named:
+``python -m bench soak``.
 """
 
 import importlib
@@ -10,7 +11,7 @@ import pkgutil
 import sys
 from pathlib import Path
 
-#: Benchmarks that run only when named (hours, not minutes).
+#: Benchmarks that run only when named (a long run: the soak is a million messages).
 ONLY_WHEN_NAMED = ("bench_soak",)
 
 
