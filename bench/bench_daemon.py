@@ -954,10 +954,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0.0 <= args.labelled <= 1.0:
         parser.error(f"--labelled {args.labelled}: a share, from 0 to 1")
-    LABELLED = args.labelled
     for name in filter(None, (args.streams + "," + args.latency_streams).split(",")):
         if name not in STREAMS:
             parser.error(f"no stream {name!r}: the streams are {', '.join(STREAMS)}")
+    LABELLED = args.labelled  # once the command line is accepted
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints where it is
     if args.child:
         what, topic, n = args.child

@@ -61,11 +61,11 @@ def test_the_labelled_share_sets_how_many_messages_carry_their_label(monkeypatch
     assert share(bench.sms_values()) == 0.0
 
 
-def test_an_unknown_stream_or_share_is_refused_at_once(monkeypatch, capsys):
+def test_an_unknown_stream_or_share_is_refused_at_once(capsys):
     for argv in (["--streams", "sms,mms"], ["--latency-streams", "email"],
-                 ["--labelled", "1.5"]):
-        monkeypatch.setattr("sys.argv", ["bench_daemon", *argv])
+                 ["--labelled", "1.5"], ["--labelled", "0.5", "--streams", "mms"]):
         with pytest.raises(SystemExit) as exited:
-            bench.main()
+            bench.main(argv)
         assert exited.value.code == 2
-        assert argv[1].split(",")[-1] in capsys.readouterr().err
+        assert argv[-1].split(",")[-1] in capsys.readouterr().err
+        assert bench.LABELLED == bench.DEFAULT_LABELLED  # a refused line sets nothing
