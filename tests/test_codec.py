@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import tarfile
 
 import orjson
 import pytest
@@ -136,3 +137,32 @@ def test_decode_reads_every_object_as_the_rules_in_turn(obj, default_id):
                                    b'{"id": "a", "text": null, "tokens": ["x"]}'])
 def test_decode_reads_each_kind_of_value_as_the_rules_in_turn(value):
     assert outcome(decode, value, "in:0:1") == outcome(reference_decode, value, "in:0:1")
+
+
+# Strings near base64: the alphabet, padding anywhere, line breaks, a stray '-' or '_'
+# (the URL-safe alphabet), a non-ASCII letter; and real encodings with one character
+# inserted. The fast decoder must accept, decode and refuse (with the same words) exactly
+# as the standard library's strict decoder the contract names.
+_B64_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+near_base64 = st.one_of(
+    st.text(alphabet=_B64_ALPHABET + "= \r\n-_é\x00", max_size=16),
+    st.builds(lambda raw, at, extra: (lambda s: s[:at % (len(s) + 1)] + extra
+                                      + s[at % (len(s) + 1):])(base64.b64encode(raw).decode()),
+              st.binary(max_size=24), st.integers(0, 64),
+              st.sampled_from(["", "=", "==", "\n", " ", "A", "é"])))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(near_base64)
+def test_raw_b64_is_read_as_the_standard_librarys_strict_decoder(body):
+    value = orjson.dumps({"id": "m", "raw_b64": body})
+    assert outcome(decode, value, None) == outcome(reference_decode, value, None)
+
+
+def test_raw_b64_reads_every_spamassassin_mail_byte_for_byte(data_dir):
+    with tarfile.open(data_dir / "spamassassin" / "messages.tar.gz") as tar:
+        mails = [tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()]
+    assert len(mails) > 6000
+    for raw in mails:
+        value = orjson.dumps({"id": "m", "raw_b64": base64.b64encode(raw).decode()})
+        assert decode(value).raw == raw
