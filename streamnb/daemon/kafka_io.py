@@ -29,6 +29,7 @@ import logging
 import struct
 import threading
 import time
+import types
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -67,7 +68,7 @@ except ImportError:  # pragma: no cover - another kafka-python: the first commit
 
 __all__ = [
     "KAFKA_DEFAULT_MAX_MESSAGE_BYTES", "KafkaIO", "KeyHashPartitioner", "Record", "TP",
-    "client_config", "murmur2",
+    "SOCKET_READ_BYTES", "client_config", "murmur2", "read_sockets_in_larger_chunks",
     "committed_offsets", "create_topics", "end_offsets", "ensure_changelogs", "open_admin",
     "produce", "producer_config", "read_all", "read_to_end", "record_size", "topic_limits",
 ]
@@ -75,6 +76,53 @@ __all__ = [
 log = logging.getLogger("streamnb.kafka")
 
 TP = tuple[str, int]
+
+
+#: The most one ``recv`` takes from a broker's socket. kafka-python 3 reads 4 KiB a call: a
+#: fetch of 4 MiB of mail is a thousand calls, and each gives up the GIL and must win it back
+#: from the loop's thread, which holds it while it featurizes (the fetch read at the next
+#: poll, the loop waiting). Larger reads cut the IO thread's CPU a mail and the loop's waits.
+SOCKET_READ_BYTES = 256 * 1024
+#: kafka-python's read size, a constant of the transports' ``_sock_recv``.
+_KAFKA_PYTHON_READ_BYTES = 4096
+
+
+def read_sockets_in_larger_chunks() -> list[str]:
+    """Make kafka-python's transports read up to :data:`SOCKET_READ_BYTES` a ``recv``
+    instead of 4 KiB, in this process; the reasons of the transports left as they are
+    (empty: all done, or done before).
+
+    Each transport's ``_sock_recv`` is replaced by the very same function with its one read
+    size changed (its code's constant), so kafka-python's own reading, errors and logging
+    stay as they are. A kafka-python whose ``_sock_recv`` is not that (no such method, or not
+    exactly one constant 4096 next to ``recv``) keeps its own, and the daemon runs as
+    before."""
+    try:
+        from kafka.net import transport
+    except ImportError as error:  # pragma: no cover - another kafka-python layout
+        return [f"kafka.net.transport: {error}"]
+    left = []
+    for name in ("KafkaTCPTransport", "KafkaSSLTransport"):
+        owner = getattr(transport, name, None)
+        function = None if owner is None else owner.__dict__.get("_sock_recv")
+        if getattr(function, "_streamnb_read_bytes", None) == SOCKET_READ_BYTES:
+            continue
+        code = getattr(function, "__code__", None)
+        sizes = [] if code is None else [
+            i for i, c in enumerate(code.co_consts) if type(c) is int
+            and c == _KAFKA_PYTHON_READ_BYTES]
+        if len(sizes) != 1 or "recv" not in code.co_names:
+            left.append(f"{name}._sock_recv is not the one this replaces")
+            continue
+        consts = list(code.co_consts)
+        consts[sizes[0]] = SOCKET_READ_BYTES
+        larger = types.FunctionType(code.replace(co_consts=tuple(consts)), function.__globals__,
+                                    function.__name__, function.__defaults__,
+                                    function.__closure__)
+        larger.__qualname__, larger.__doc__ = function.__qualname__, function.__doc__
+        larger._streamnb_read_bytes = SOCKET_READ_BYTES
+        owner._sock_recv = larger
+    return left
 
 
 class PendingOffsetsAreNotErrors(logging.Filter):
@@ -720,6 +768,8 @@ class KafkaIO:
         self._errors: list[BaseException] = []
         self._errors_lock = threading.Lock()
         _quiet_pending_offset_fetches()
+        for reason in read_sockets_in_larger_chunks():
+            log.debug("socket reads of kafka-python's size (4 KiB): %s", reason)
         self.producer = KafkaProducer(
             **transactional_producer_config(settings, transactional_id, self.topic_limits))
         try:
