@@ -245,6 +245,13 @@ def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = Fals
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def round_ratio(times: list[tuple[float, float]], peer: list[tuple[float, float]]) -> float:
+    """The median, over the rounds, of one contender's wall time over its peer's in the same
+    round: steadier than the ratio of the two medians where the machine drifts from round to
+    round (each round's pair ran minutes apart at most, under the same neighbours)."""
+    return statistics.median(t / p for (t, _), (p, _) in zip(times, peer, strict=True))
+
+
 def _thread_times() -> dict[int, tuple[int, int]]:
     """Nanoseconds each thread of this process has run on a CPU and waited for one (runnable,
     another process on it), from Linux's per-thread schedstat."""
@@ -1004,6 +1011,12 @@ def main(argv: list[str] | None = None) -> int:
         tuned: dict[str, list] = {line: [] for line in args.kafka_setting}
         for round_ in range(args.rounds):
             bare.append(in_child("bare", args.bootstrap, topic, len(values)))
+            # the baseline before the daemon every other round: the machine's drift over a
+            # round (a neighbour's job starting, the broker's caches) falls on both alike
+            baseline_first = bool(args.baseline) and round_ % 2 == 1
+            if baseline_first:
+                baseline.append(in_child("daemon", args.bootstrap, topic, len(values),
+                                         repo=args.baseline))
             loop.append(in_child("daemon", args.bootstrap, topic, len(values)))
             for line, times in tuned.items():
                 times.append(in_child("daemon", args.bootstrap, topic, len(values),
@@ -1014,7 +1027,7 @@ def main(argv: list[str] | None = None) -> int:
                                               len(values)))
             if args.prepare_process:
                 prepared.append(in_child("prepare", args.bootstrap, topic, len(values)))
-            if args.baseline:
+            if args.baseline and not baseline_first:
                 baseline.append(in_child("daemon", args.bootstrap, topic, len(values),
                                          repo=args.baseline))
             print(f"  {name} round {round_ + 1}: bare {bare[-1][0]:.2f} s, "
@@ -1034,6 +1047,10 @@ def main(argv: list[str] | None = None) -> int:
             o = statistics.median(w for w, _ in baseline)
             print(f"  baseline daemon ({args.baseline}): {n / o:,.0f} msg/s, ratio {b / o:.3f}"
                   "  [rounds: " + ", ".join(f"{n / t:,.0f}" for t, _ in baseline) + "]")
+            print(f"  the daemon's time over the baseline's, round by round: median "
+                  f"{round_ratio(loop, baseline):.3f}  [" + ", ".join(
+                      f"{d_ / o_:.3f}" for (d_, _), (o_, _) in zip(loop, baseline, strict=True))
+                  + "]")
         if skeleton:
             k = statistics.median(w for w, _ in skeleton)
             print(f"  skeleton (the floor's stages alone, one process, exactly once): "

@@ -69,3 +69,13 @@ def test_an_unknown_stream_or_share_is_refused_at_once(capsys):
         assert exited.value.code == 2
         assert argv[-1].split(",")[-1] in capsys.readouterr().err
         assert bench.LABELLED == bench.DEFAULT_LABELLED  # a refused line sets nothing
+
+
+def test_a_baseline_is_compared_round_by_round_not_median_to_median():
+    # a machine slowing down across the rounds: the medians (3 s against 4 s) make the daemon
+    # 25% faster; round by round it took twice, once and half its baseline's time
+    daemon = [(2.0, 0.0), (4.0, 0.0), (3.0, 0.0)]
+    baseline = [(1.0, 0.0), (4.0, 0.0), (6.0, 0.0)]
+    assert bench.round_ratio(daemon, baseline) == 1.0
+    with pytest.raises(ValueError):
+        bench.round_ratio(daemon, baseline[:2])
