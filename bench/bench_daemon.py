@@ -245,11 +245,17 @@ def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = Fals
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def round_ratios(times: list[tuple[float, float]], peer: list[tuple[float, float]]
+                 ) -> list[float]:
+    """One contender's wall time over its peer's, round by round."""
+    return [t / p for (t, _), (p, _) in zip(times, peer, strict=True)]
+
+
 def round_ratio(times: list[tuple[float, float]], peer: list[tuple[float, float]]) -> float:
-    """The median, over the rounds, of one contender's wall time over its peer's in the same
-    round: steadier than the ratio of the two medians where the machine drifts from round to
-    round (each round's pair ran minutes apart at most, under the same neighbours)."""
-    return statistics.median(t / p for (t, _), (p, _) in zip(times, peer, strict=True))
+    """The median of :func:`round_ratios`: steadier than the ratio of the two medians where
+    the machine drifts from round to round (each round's pair ran seconds apart, under the
+    same neighbours)."""
+    return statistics.median(round_ratios(times, peer))
 
 
 def _thread_times() -> dict[int, tuple[int, int]]:
@@ -1047,10 +1053,10 @@ def main(argv: list[str] | None = None) -> int:
             o = statistics.median(w for w, _ in baseline)
             print(f"  baseline daemon ({args.baseline}): {n / o:,.0f} msg/s, ratio {b / o:.3f}"
                   "  [rounds: " + ", ".join(f"{n / t:,.0f}" for t, _ in baseline) + "]")
+            ratios = round_ratios(loop, baseline)
             print(f"  the daemon's time over the baseline's, round by round: median "
-                  f"{round_ratio(loop, baseline):.3f}  [" + ", ".join(
-                      f"{d_ / o_:.3f}" for (d_, _), (o_, _) in zip(loop, baseline, strict=True))
-                  + "]")
+                  f"{statistics.median(ratios):.3f}  ["
+                  + ", ".join(f"{r:.3f}" for r in ratios) + "]")
         if skeleton:
             k = statistics.median(w for w, _ in skeleton)
             print(f"  skeleton (the floor's stages alone, one process, exactly once): "
