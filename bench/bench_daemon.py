@@ -960,7 +960,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time, in the same throughput rounds, the daemon with this "
                              "line in its [kafka] table (e.g. 'max_poll_records = 2000'), or in "
                              "another table (e.g. '[checkpoint] every_messages = 1000'); "
-                             "repeatable, one contender each")
+                             "repeatable, one contender each, timed before the daemon every "
+                             "other round and compared with it round by round")
     parser.add_argument("--floor", action="store_true",
                         help="also print the CPU per record of the stages every daemon on these "
                              "parts must run, and the best ratio two cores allow")
@@ -1015,25 +1016,32 @@ def main(argv: list[str] | None = None) -> int:
         topics[name] = (topic, len(values))
         bare, loop, prepared, baseline, skeleton, skeleton_free = [], [], [], [], [], []
         tuned: dict[str, list] = {line: [] for line in args.kafka_setting}
+
+        def time_settings(tuned: dict[str, list], topic: str, n: int) -> None:
+            for line, times in tuned.items():
+                times.append(in_child("daemon", args.bootstrap, topic, n, kafka_setting=line))
+
         for round_ in range(args.rounds):
             bare.append(in_child("bare", args.bootstrap, topic, len(values)))
-            # the baseline before the daemon every other round: the machine's drift over a
-            # round (a neighbour's job starting, the broker's caches) falls on both alike
-            baseline_first = bool(args.baseline) and round_ % 2 == 1
-            if baseline_first:
+            # the baseline and the settings' daemons before the daemon every other round:
+            # the machine's drift over a round (a neighbour's job starting, the broker's
+            # caches) falls on both alike
+            others_first = round_ % 2 == 1
+            if others_first and args.baseline:
                 baseline.append(in_child("daemon", args.bootstrap, topic, len(values),
                                          repo=args.baseline))
+            if others_first:
+                time_settings(tuned, topic, len(values))
             loop.append(in_child("daemon", args.bootstrap, topic, len(values)))
-            for line, times in tuned.items():
-                times.append(in_child("daemon", args.bootstrap, topic, len(values),
-                                      kafka_setting=line))
+            if not others_first:
+                time_settings(tuned, topic, len(values))
             if args.skeleton:
                 skeleton.append(in_child("skeleton", args.bootstrap, topic, len(values)))
                 skeleton_free.append(in_child("skeleton-free-prepare", args.bootstrap, topic,
                                               len(values)))
             if args.prepare_process:
                 prepared.append(in_child("prepare", args.bootstrap, topic, len(values)))
-            if args.baseline and not baseline_first:
+            if args.baseline and not others_first:
                 baseline.append(in_child("daemon", args.bootstrap, topic, len(values),
                                          repo=args.baseline))
             print(f"  {name} round {round_ + 1}: bare {bare[-1][0]:.2f} s, "
@@ -1071,6 +1079,10 @@ def main(argv: list[str] | None = None) -> int:
             where = line if line.startswith("[") else f"[kafka] {line}"
             print(f"  with {where}: daemon {n / t:,.0f} msg/s, ratio {b / t:.3f}  [rounds: "
                   + ", ".join(f"{n / w:,.0f}" for w, _ in times) + "]")
+            ratios = round_ratios(times, loop)
+            print(f"    its time over the daemon's, round by round: median "
+                  f"{statistics.median(ratios):.3f}  [" + ", ".join(f"{r:.3f}" for r in ratios)
+                  + "]")
         if prepared:
             p = statistics.median(w for w, _ in prepared)
             print(f"  with pipeline.prepare_process = true: daemon {n / p:,.0f} msg/s, "
