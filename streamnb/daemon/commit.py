@@ -168,12 +168,26 @@ class Committer:
         """Whether to commit now: ``checkpoint.every_messages`` records are pending, or
         ``checkpoint.every_seconds`` have passed since the last commit ended, stretched to
         ``COMMIT_SPACING`` times that commit's duration (at most ``MAX_STRETCH`` times
-        ``every_seconds``) when commits are slow."""
+        ``every_seconds``) when commits are slow.
+
+        Not while a join of the group is in flight (``KafkaIO.joining``): the broker may
+        answer it with a new generation at any moment, and refuse a commit made with the old
+        one, which would end the daemon as fenced. The commit waits for the join, which the
+        next poll completes (its records stay in the open transaction meanwhile), as Kafka
+        Streams holds its commits during a rebalance; but at most until the transaction is
+        half ``kafka.transaction_timeout_ms`` old (a join the broker holds open for a slow or
+        dead member), after which the broker would abort it."""
         if not self.pending:
             return False
         cadence = self.settings.checkpoint
         if self.pending >= cadence.every_messages:
-            return True
-        interval = max(cadence.every_seconds, min(COMMIT_SPACING * self.last_commit_seconds,
-                                                  MAX_STRETCH * cadence.every_seconds))
-        return time.monotonic() - self.last_checkpoint >= interval
+            due = True
+        else:
+            interval = max(cadence.every_seconds,
+                           min(COMMIT_SPACING * self.last_commit_seconds,
+                               MAX_STRETCH * cadence.every_seconds))
+            due = time.monotonic() - self.last_checkpoint >= interval
+        if due and self.io.joining():
+            patience = self.settings.kafka.transaction_timeout_ms / 2000
+            return self.io.transaction_age() >= patience
+        return due

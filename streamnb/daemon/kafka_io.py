@@ -762,6 +762,7 @@ class KafkaIO:
         self.transactional_id = transactional_id
         self.topic_limits = dict(topic_limits or {})
         self.in_transaction = False
+        self.transaction_began = 0.0
         # Cooperative (KIP-429): rebalances revoke and assign only the partitions that move,
         # and the others are processed through them; eager: every partition is revoked first.
         self.incremental = settings.assignment_strategy == "cooperative-sticky"
@@ -894,6 +895,16 @@ class KafkaIO:
             return None
         return membership.generation_id
 
+    def joining(self) -> bool:
+        """True while a join of the group is in flight. kafka-python's ``poll`` returns when
+        its timeout ends even if the JoinGroup it sent has not been answered (the next poll
+        waits on the same request), and the broker may complete that join, a generation
+        later, while the loop works between polls: a commit then carries the generation the
+        group has just left, and the broker refuses it (``ILLEGAL_GENERATION``) as it would
+        a zombie's. With the cooperative protocol the member keeps processing the partitions
+        it holds meanwhile, so this window is met in normal operation."""
+        return self.consumer.group_metadata().state is MemberState.REBALANCING
+
     def committed(self, tp: TP) -> int | None:
         """The group's committed offset of ``tp`` (None: never committed)."""
         return self.consumer.committed(TopicPartition(*tp), timeout_ms=30_000)
@@ -928,6 +939,12 @@ class KafkaIO:
         if not self.in_transaction:
             self.producer.begin_transaction()
             self.in_transaction = True
+            self.transaction_began = time.monotonic()
+
+    def transaction_age(self) -> float:
+        """Seconds since the open transaction began (0.0: none is open). The broker aborts a
+        transaction older than ``kafka.transaction_timeout_ms``."""
+        return time.monotonic() - self.transaction_began if self.in_transaction else 0.0
 
     def send(
         self,

@@ -287,6 +287,9 @@ class FakeIO:
         # The generation of the group membership the fake reports stable (None: joining);
         # tests of a join that calls no listener set it.
         self.generation_joined: int | None = None
+        # A join sent and not yet answered (KafkaIO.joining): commits wait for it.
+        self.join_in_flight = False
+        self.transaction_seconds = 0.0  # the open transaction's age (KafkaIO.transaction_age)
         self.pending_assignment = [(t, p) for t in self.topics
                                    for p in range(len(kafka.topics[t]))]
 
@@ -332,6 +335,12 @@ class FakeIO:
 
     def stable_generation(self):
         return self.generation_joined
+
+    def joining(self):
+        return self.join_in_flight
+
+    def transaction_age(self):
+        return self.transaction_seconds
 
     def committed(self, tp):
         return self.kafka.committed.get(tp)

@@ -5,12 +5,15 @@ cannot take most of the loop's time (``streamnb.daemon.commit.COMMIT_SPACING``).
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import orjson
 import pytest
+from kafka.structs import ConsumerGroupMetadata, MemberState
 
 from streamnb.config import CheckpointSettings
 from streamnb.daemon.commit import COMMIT_SPACING, MAX_STRETCH
+from streamnb.daemon.kafka_io import KafkaIO
 from tests.daemon.fakes import FakeKafka, make_daemon, settings_for
 
 
@@ -65,3 +68,36 @@ def test_a_commit_records_its_duration(daemon):
     before = time.perf_counter()
     daemon.checkpoint("test")
     assert 0.0 < daemon.last_commit_seconds <= time.perf_counter() - before
+
+
+@pytest.mark.parametrize("cause", ["every_seconds", "every_messages"])
+def test_no_commit_while_a_join_is_in_flight(daemon, cause):
+    """A commit made while the JoinGroup is unanswered would carry the generation the broker
+    may just have left: the daemon waits for the join (the next poll completes it)."""
+    daemon.last_commit_seconds = 0.01
+    if cause == "every_messages":
+        daemon.pending = 1000
+    daemon.io.join_in_flight = True
+    assert not _due_after(daemon, 5.0)
+    daemon.io.join_in_flight = False
+    assert _due_after(daemon, 5.0)
+
+
+def test_a_long_join_holds_the_commit_until_the_transaction_is_half_its_timeout_old(daemon):
+    """The broker aborts a transaction older than kafka.transaction_timeout_ms: a join held
+    open for a dead member's session must not hold the commit that long."""
+    half = daemon.settings.kafka.transaction_timeout_ms / 2000
+    daemon.last_commit_seconds = 0.01
+    daemon.io.join_in_flight = True
+    daemon.io.transaction_seconds = half - 0.5
+    assert not _due_after(daemon, 5.0)
+    daemon.io.transaction_seconds = half
+    assert _due_after(daemon, 5.0)
+
+
+@pytest.mark.parametrize(("state", "joining"), [
+    ("REBALANCING", True), ("STABLE", False), ("UNJOINED", False)])
+def test_kafka_io_reports_a_join_in_flight_from_the_member_state(state, joining):
+    membership = ConsumerGroupMetadata("g", 7, "m-1", None, getattr(MemberState, state))
+    io = SimpleNamespace(consumer=SimpleNamespace(group_metadata=lambda: membership))
+    assert KafkaIO.joining(io) is joining
