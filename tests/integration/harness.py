@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -211,6 +212,46 @@ def wait_caught_up(bootstrap: str, prefix: str, daemons, timeout: float = 60.0) 
         return all(have.get(k, 0) >= v for k, v in want.items())
 
     wait_for(done, timeout, f"the committed offsets to reach {want}", every=0.3)
+
+
+def once_each(bootstrap: str, prefix: str, outputs: list, expected: list[str],
+              daemons: list[DaemonProcess]) -> str:
+    """'' when each id of ``expected`` has exactly one prediction among ``outputs``; else,
+    for each id with another count, where the test wrote it to the input topic, where its
+    predictions are, and each daemon's commits that moved the committed offset of its
+    partition past it: what tells a broken exactly-once guarantee (two daemons' commits past
+    one offset) from a record written twice to the input."""
+    counts = Counter(r.key.decode() for r in outputs)
+    want = Counter(expected)
+    wrong = sorted(k for k in counts.keys() | want.keys() if counts[k] != want[k])
+    if not wrong:
+        return ""
+    inputs = read_all(bootstrap, f"{prefix}-in", until=lambda r: False, timeout=5)
+    lines = [f"{len(wrong)} id(s) predicted a wrong number of times:"]
+    for key in wrong[:5]:
+        read_at = [(r.partition, r.offset) for r in inputs if r.key == key.encode()]
+        lines.append(f"{key}: expected {want[key]}, predicted {counts[key]}; in the input "
+                     f"at {read_at}; predictions at "
+                     f"{[(r.partition, r.offset) for r in outputs if r.key == key.encode()]}")
+        for partition, offset in read_at:
+            slice_name = f"{prefix}-in:{partition}"
+            for n, daemon in enumerate(daemons):
+                before = None  # where the daemon's last commit, or its resumption, left it
+                for event in daemon.events():
+                    if (event.get("event") == "partition_resumed"
+                            and event.get("partition") == slice_name):
+                        before = event["offset"]
+                    if event.get("event") == "partition_started" and event.get(
+                            "partition") == slice_name:
+                        before = f"start ({event['start_offset']})"
+                    off = event.get("offsets", {}).get(slice_name)
+                    if event.get("event") != "checkpoint" or off is None:
+                        continue
+                    if off > offset and not (type(before) is int and before > offset):
+                        lines.append(f"  daemon {n} ({daemon.log_path.parent.name}) committed"
+                                     f" {slice_name} {before} -> {off} at {event.get('time')}")
+                    before = off
+    return "\n".join(lines)
 
 
 def changelog_records(bootstrap: str, prefix: str) -> dict[int, list]:

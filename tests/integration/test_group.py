@@ -31,6 +31,7 @@ from tests.integration.harness import (
     changelog_model,
     committed,
     feedback,
+    once_each,
     sms,
     started_partitions,
     value,
@@ -217,8 +218,9 @@ def test_many_daemons_one_model_exactly_once_with_kills_and_scaling(
     # A read_committed reader sees each unlabelled id's prediction exactly once.
     out = read_all(kafka_bootstrap, f"{topic_prefix}-out",
                    until=lambda r: len(r) >= len(unlabelled), timeout=60)
-    counts = Counter(r.key.decode() for r in out if not r.key.startswith(b"probe-"))
-    assert counts == Counter(unlabelled)
+    predictions = [r for r in out if not r.key.startswith(b"probe-")]
+    assert not (why := once_each(kafka_bootstrap, topic_prefix, predictions, unlabelled,
+                                 group.all)), why
 
     # No daemon read an input partition from its start after its first assignment: only the
     # first daemon started partitions (it held them all, and every one was committed before
@@ -280,7 +282,8 @@ def test_a_daemon_joining_a_cooperative_group_takes_only_its_share_and_nothing_t
     assert got.to_state() == want.to_state()
     out = read_all(kafka_bootstrap, f"{topic_prefix}-out",
                    until=lambda r: len(r) >= len(unlabelled), timeout=60)
-    assert Counter(r.key.decode() for r in out) == Counter(unlabelled)
+    assert not (why := once_each(kafka_bootstrap, topic_prefix, out, unlabelled,
+                                 group.all)), why
     for daemon in group.live.values():
         daemon.terminate(timeout=30)
 
