@@ -170,13 +170,11 @@ class Committer:
         ``COMMIT_SPACING`` times that commit's duration (at most ``MAX_STRETCH`` times
         ``every_seconds``) when commits are slow.
 
-        Not while a join of the group is in flight (``KafkaIO.joining``): the broker may
-        answer it with a new generation at any moment, and refuse a commit made with the old
-        one, which would end the daemon as fenced. The commit waits for the join, which the
-        next poll completes (its records stay in the open transaction meanwhile), as Kafka
-        Streams holds its commits during a rebalance; but at most until the transaction is
-        half ``kafka.transaction_timeout_ms`` old (a join the broker holds open for a slow or
-        dead member), after which the broker would abort it."""
+        Not while a join of the group is in flight (``KafkaIO.joining`` says why): the
+        commit waits for the poll that completes the join, as Kafka Streams holds its commits
+        during a rebalance, but at most until the transaction is half
+        ``kafka.transaction_timeout_ms`` old (a join the broker holds open for a slow or dead
+        member), after which the broker would abort it."""
         if not self.pending:
             return False
         cadence = self.settings.checkpoint

@@ -227,6 +227,7 @@ def once_each(bootstrap: str, prefix: str, outputs: list, expected: list[str],
     if not wrong:
         return ""
     inputs = read_all(bootstrap, f"{prefix}-in", until=lambda r: False, timeout=5)
+    logs = [daemon.events() for daemon in daemons]
     lines = [f"{len(wrong)} id(s) predicted a wrong number of times:"]
     for key in wrong[:5]:
         read_at = [(r.partition, r.offset) for r in inputs if r.key == key.encode()]
@@ -235,9 +236,9 @@ def once_each(bootstrap: str, prefix: str, outputs: list, expected: list[str],
                      f"{[(r.partition, r.offset) for r in outputs if r.key == key.encode()]}")
         for partition, offset in read_at:
             slice_name = f"{prefix}-in:{partition}"
-            for n, daemon in enumerate(daemons):
+            for n, (daemon, events) in enumerate(zip(daemons, logs, strict=True)):
                 before = None  # where the daemon's last commit, or its resumption, left it
-                for event in daemon.events():
+                for event in events:
                     if (event.get("event") == "partition_resumed"
                             and event.get("partition") == slice_name):
                         before = event["offset"]
