@@ -185,7 +185,15 @@ class Committer:
                            min(COMMIT_SPACING * self.last_commit_seconds,
                                MAX_STRETCH * cadence.every_seconds))
             due = time.monotonic() - self.last_checkpoint >= interval
-        if due and self.io.joining():
-            patience = self.settings.kafka.transaction_timeout_ms / 2000
-            return self.io.transaction_age() >= patience
-        return due
+        return due and not self.join_holds_commits()
+
+    def join_holds_commits(self) -> bool:
+        """Whether a join of the group in flight holds the commit back: while the JoinGroup
+        is unanswered (``KafkaIO.joining`` says why), until the open transaction is
+        :meth:`join_patience` seconds old."""
+        return self.io.joining() and self.io.transaction_age() < self.join_patience()
+
+    def join_patience(self) -> float:
+        """Half ``kafka.transaction_timeout_ms``, in seconds: how long a commit waits for a
+        join in flight, so that the broker does not abort the transaction meanwhile."""
+        return self.settings.kafka.transaction_timeout_ms / 2000

@@ -636,9 +636,11 @@ class Daemon(RecordProcessor, Committer):
         down.
 
         Commits are made between steps, so they cover whole batches; a batch in flight is not
-        in them (see :meth:`step`). On a stop the batch in flight is processed first, then
-        the final commit is made. Returns the exit code: 0, 3 (stalled, or partitions lost:
-        a restart rejoins) or 4 (fenced: another daemon has taken over).
+        in them (see :meth:`step`). On a stop a join of the group in flight is let complete
+        first (as an interval commit waits for it: :meth:`Committer.join_holds_commits`),
+        the batch in flight is processed, then the final commit is made. Returns the exit
+        code: 0, 3 (stalled, or partitions lost: a restart rejoins) or 4 (fenced: another
+        daemon has taken over).
         """
         timeout = self.settings.kafka.poll_timeout_ms
         if self.watchdog is None:
@@ -660,7 +662,17 @@ class Daemon(RecordProcessor, Committer):
                     self.checkpoint("interval")
                 if self._rebalance_stalled():
                     return STALLED_EXIT_CODE
-            # Finish: the batch in flight is applied; commit it, close.
+            # Finish: a join in flight completes first (the final commit would carry the
+            # generation the broker is leaving: refused, exit 4, the work since the last
+            # commit redone by the next owner), stepping on as the loop does, within the
+            # patience of an interval commit counted from the stop; then the batch in flight
+            # is applied; commit it, close.
+            joined_by = time.monotonic() + self.join_patience()
+            while ((self.pending or self.in_flight) and self.join_holds_commits()
+                   and time.monotonic() < joined_by):
+                self.step(timeout)
+                if self.fatal is not None:
+                    return self._end(*self.fatal)
             self.drain()
             if self.pending:
                 self.checkpoint("shutdown")

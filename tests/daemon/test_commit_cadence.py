@@ -101,3 +101,54 @@ def test_kafka_io_reports_a_join_in_flight_from_the_member_state(state, joining)
     membership = ConsumerGroupMetadata("g", 7, "m-1", None, getattr(MemberState, state))
     io = SimpleNamespace(consumer=SimpleNamespace(group_metadata=lambda: membership))
     assert KafkaIO.joining(io) is joining
+
+
+def _watch_the_join(io):
+    """Make ``io``'s next poll complete the join in flight; return (whether a join was in
+    flight at each poll, at each commit)."""
+    polls, commits = [], []
+    poll, commit = io.poll, io.commit
+
+    def poll_completing_the_join(timeout_ms):
+        polls.append(io.join_in_flight)
+        io.join_in_flight = False  # this poll's JoinGroup answer arrives
+        return poll(timeout_ms)
+
+    def commit_noting_the_join(offsets):
+        commits.append(io.join_in_flight)
+        return commit(offsets)
+
+    io.poll, io.commit = poll_completing_the_join, commit_noting_the_join
+    return polls, commits
+
+
+def test_a_stop_during_a_join_commits_once_the_join_has_completed(daemon):
+    """SIGTERM while a JoinGroup is unanswered: the final commit waits for the poll that
+    completes the join, where it would carry the generation the broker is leaving (refused
+    as a zombie's: exit 4, and the work since the last commit redone by the next owner)."""
+    daemon.io.join_in_flight = True
+    polls, commits = _watch_the_join(daemon.io)
+    daemon.request_stop()
+    assert daemon.run() == 0
+    assert polls == [True] and commits == [False]
+    assert daemon.pending == 0 and daemon.io.kafka.committed == {("in", 0): 5}
+
+
+def test_a_stop_commits_without_a_poll_when_no_join_is_in_flight(daemon):
+    polls, commits = _watch_the_join(daemon.io)
+    daemon.request_stop()
+    assert daemon.run() == 0
+    assert polls == [] and commits == [False]
+
+
+def test_a_join_that_never_completes_holds_the_stop_s_commit_only_for_the_patience(daemon):
+    daemon.io.join_in_flight = True
+    daemon.join_patience = lambda: 0.2
+    daemon.io.poll = lambda timeout_ms: []  # the join stays in flight
+    commits = []
+    commit = daemon.io.commit
+    daemon.io.commit = lambda offsets: (commits.append(time.monotonic()), commit(offsets))
+    daemon.request_stop()
+    stopped = time.monotonic()
+    assert daemon.run() == 0
+    assert len(commits) == 1 and 0.2 <= commits[0] - stopped < 5.0
