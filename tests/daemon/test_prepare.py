@@ -3,11 +3,15 @@ in-process one gives, and a dead or orphaned child is noticed or ends by itself.
 
 from __future__ import annotations
 
+import base64
 import os
+import pickle
 import signal
 import subprocess
 import sys
+import tarfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -22,6 +26,7 @@ from streamnb.daemon.prepare import (
     InProcessPreparer,
     PreparerError,
     ProcessPreparer,
+    _without_token_counts,
     prepare_value,
 )
 from streamnb.pipeline import build_pipeline
@@ -109,6 +114,40 @@ def test_the_child_gives_what_the_in_process_preparer_gives_over_sms_and_poison(
         FEEDBACK, "sms-1", "ham")
     assert poison[b'{"text": "no id: the default one is used"}'][1] == (
         f"in:0:{1000 + len(POISON) - 1}")
+
+
+def spamassassin_values(data_dir: Path, every: int = 20) -> list[bytes]:
+    """Every ``every``-th SpamAssassin mail as a ``raw_b64`` record, half of them labelled."""
+    folder = data_dir / "spamassassin"
+    index = [line.split() for line in (folder / "index").read_text().splitlines()][::every]
+    with tarfile.open(folder / "messages.tar.gz") as archive:
+        records = [{"id": member, "raw_b64": base64.b64encode(
+            archive.extractfile(member).read()).decode()} for _, member in index]
+    for i, (label, _) in enumerate(index):
+        if i % 2:
+            records[i]["label"] = label
+    return [orjson.dumps(record) for record in records]
+
+
+def test_mail_from_the_child_is_the_in_process_result_carried_as_its_json(data_dir):
+    """The featurizer's token counts (a ``Counter``) cross the pipe only as their ``x_json``:
+    a pickled ``Counter`` is rebuilt through Python's ``Counter.update``, which cost the
+    daemon more a mail than featurizing it in its own process."""
+    args = default_pipeline_args()
+    values = spamassassin_values(data_dir)
+    here = InProcessPreparer(build_pipeline(*args), 1 << 20)
+    expected = here.results(here.submit(values, ids(values)))
+    assert all(type(r[3]) is Counter for r in expected if r[0] == MESSAGE)
+    assert b"Counter" not in pickle.dumps(_without_token_counts(expected))
+    child = ProcessPreparer(build_pipeline, args, 1 << 20)
+    try:
+        from_child = child.results(child.submit(values, ids(values)))
+    finally:
+        child.close()
+    assert from_child == expected
+    assert [list(r[3].items()) for r in from_child if r[0] == MESSAGE] == (
+        [list(r[3].items()) for r in expected if r[0] == MESSAGE])
+    assert sum(r[0] == MESSAGE for r in expected) == len(values)
 
 
 def test_the_daemons_own_prepare_gives_the_preparers_result_with_the_records_place_as_id(
