@@ -9,7 +9,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -32,6 +31,7 @@ from streamnb.daemon.prepare import (
 from streamnb.pipeline import build_pipeline
 from tests.conftest import REPO
 from tests.daemon.fakes import FakeKafka, WordPipeline, make_daemon, settings_for
+from tests.features.token_digests import sample
 from tests.processes import running
 
 pytestmark = pytest.mark.timeout(120)
@@ -116,16 +116,13 @@ def test_the_child_gives_what_the_in_process_preparer_gives_over_sms_and_poison(
         f"in:0:{1000 + len(POISON) - 1}")
 
 
-def spamassassin_values(data_dir: Path, every: int = 20) -> list[bytes]:
-    """Every ``every``-th SpamAssassin mail as a ``raw_b64`` record, half of them labelled."""
-    folder = data_dir / "spamassassin"
-    index = [line.split() for line in (folder / "index").read_text().splitlines()][::every]
-    with tarfile.open(folder / "messages.tar.gz") as archive:
-        records = [{"id": member, "raw_b64": base64.b64encode(
-            archive.extractfile(member).read()).decode()} for _, member in index]
-    for i, (label, _) in enumerate(index):
-        if i % 2:
-            records[i]["label"] = label
+def spamassassin_values(data_dir: Path) -> list[bytes]:
+    """The token digests' sample of SpamAssassin (every 20th mail) as ``raw_b64`` records,
+    every other one labelled."""
+    records = [{"id": member, "raw_b64": base64.b64encode(raw).decode()}
+               for member, raw in sample(data_dir, "spamassassin")]
+    for record in records[1::2]:
+        record["label"] = "spam" if record["id"].startswith("spam") else "ham"
     return [orjson.dumps(record) for record in records]
 
 
