@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_daemon import _featurized_stream  # noqa: E402
 from streamnb.daemon.feedback import FeedbackStore  # noqa: E402
 from streamnb.models import _prequential as prequential  # noqa: E402
-from streamnb.pipeline import build_pipeline  # noqa: E402
+from streamnb.models import make_model  # noqa: E402
 
 POLL = 500
 
@@ -145,7 +145,7 @@ def _same(a: tuple, b: tuple) -> bool:
 
 
 def _fresh_model():
-    return build_pipeline({"kind": "multinomial"}, {}).model
+    return make_model("multinomial", preset="mail")  # the daemon's default model
 
 
 def round_of(polls: list, forms: list[str]) -> dict[str, float]:

@@ -41,4 +41,3 @@ def test_the_rows_sketch_numbers_a_labelled_messages_new_tokens_as_the_loop_does
     assert ids.tolist() == [0, 1, 1, 2, 3, 2]
     np.testing.assert_array_equal(values, [1, 2, 1, 3, 1, 1])
     assert lengths.tolist() == [2, 2, 2]
-
