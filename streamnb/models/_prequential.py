@@ -10,6 +10,12 @@ writing the model's arrays in place; :func:`_after_native` then keeps the Python
 bookkeeping (stale row lists, caches, changed rows) in step. A message holding a token whose
 spread is within :data:`SPREAD_BAND` of ``min_spread`` is handed back to the loop.
 
+**A batch given as token numbers** (:func:`prequential_numbered`; the daemon's prepare
+process numbers its messages' tokens with a :class:`NumberingTable` and sends numbers instead
+of dicts): :class:`TokenNumbers` makes from them the batch ``_step.intern`` makes from the
+dicts, bit for bit, keeping each number's model row between batches, so that only the tokens
+it holds no row for are looked up; the C step then runs as above.
+
 **The numpy step** (``STREAMNB_PURE_PYTHON=1``, or no compiler) reconstructs instead every count
 a prediction reads from prefix sums over the batch: the count of token k in class c *before*
 message i is the stored count plus the sum of the increments of the earlier labelled messages
@@ -202,6 +208,145 @@ class _InternedBatch:
         """The rows of the distinct tokens the model indexed before the batch."""
         rows = self.distinct_rows
         return rows[(rows >= 0) & (rows < self.n_indexed)]
+
+
+class TokenNumbers:
+    """A numbering of tokens made elsewhere (the daemon's prepare process, which sends each
+    message's token numbers instead of its dict) and the model rows of those numbers, for the
+    step's read of a batch given as numbers (:func:`prequential_numbered`).
+
+    ``tokens[n]`` is the token numbered ``n`` (:meth:`extend` appends the new ones, in their
+    numbers' order; :meth:`restart` begins a new numbering). ``rows[n]`` is the row of token
+    ``n`` in ``model._keys`` where it is known (-1: not looked up, or not held): rows are kept
+    only for one model and one row list, which only grows (expiry makes a new one), so a row
+    once found stays right until either changes, when all are looked up again."""
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self.tokens: list[str] = []
+        self._forget_rows()
+
+    def _forget_rows(self, size: int = 1 << 12) -> None:
+        self.model = self.keys = None
+        self.rows = np.full(size, -1, dtype=np.int64)
+        # per number, scratch of a batch (left at _NOWHERE): its first occurrence, its rank
+        self.first = np.full(size, _NOWHERE, dtype=np.int64)
+        self.rank = np.zeros(size, dtype=np.int64)
+
+    def extend(self, new_tokens: list[str]) -> None:
+        self.tokens += new_tokens
+        if len(self.tokens) > self.rows.size:
+            size = 2 * len(self.tokens)
+            self.rows = _grown(self.rows, size, -1)
+            self.first = _grown(self.first, size, _NOWHERE)
+            self.rank = _grown(self.rank, size, 0)
+
+    def batch(self, model: MultinomialNB, numbers: np.ndarray, counts: np.ndarray,
+              lengths: np.ndarray, ys: list) -> _InternedBatch:
+        """The batch as ``_step.intern`` reads it from the messages' dicts: per occurrence its
+        distinct token (numbered by first occurrence in the batch), its count and row; the
+        tokens a labelled message will index, by first labelled occurrence, and their rows
+        from ``len(model._keys)`` on. ``numbers`` and ``counts`` are the messages' tokens
+        in their dicts' order, concatenated; ``lengths`` the messages' numbers of tokens."""
+        if self.model is not model or self.keys is not model._keys:
+            self._forget_rows(self.rows.size)
+            self.model, self.keys = model, model._keys
+        # each number's first occurrence without a sort: a scatter of the positions' minimum
+        occurrences = np.arange(numbers.size)
+        first = self.first
+        np.minimum.at(first, numbers, occurrences)
+        distinct = numbers[first[numbers] == occurrences]  # in the order first seen
+        first[distinct] = _NOWHERE
+        self.rank[distinct] = np.arange(distinct.size)
+        ids = self.rank[numbers]
+        rows = self.rows[distinct]
+        unknown = np.flatnonzero(rows < 0)
+        if unknown.size:  # not held when last looked for, or never looked for
+            tokens = self.tokens
+            found = table_rows(model, [tokens[n] for n in distinct[unknown].tolist()])
+            rows[unknown] = found
+            self.rows[distinct[unknown]] = found
+        n_indexed = len(model._keys)
+        labelled = np.fromiter((y is not None for y in ys), dtype=bool, count=len(ys))
+        candidates = ids[np.repeat(labelled, lengths) & (rows[ids] < 0)]
+        new_ids, where = np.unique(candidates, return_index=True)
+        new_ids = new_ids[np.argsort(where, kind="stable")]  # by first labelled occurrence
+        rows[new_ids] = n_indexed + np.arange(new_ids.size)
+        tokens = self.tokens
+        return _InternedBatch(lengths, np.asarray(counts, dtype=np.float64), ids, None, rows,
+                              [tokens[n] for n in distinct[new_ids].tolist()], n_indexed)
+
+
+_NOWHERE = np.iinfo(np.int64).max
+
+
+def _grown(array: np.ndarray, size: int, fill: int) -> np.ndarray:
+    grown = np.full(size, fill, dtype=array.dtype)
+    grown[:array.size] = array
+    return grown
+
+
+class NumberingTable:
+    """A numbering of tokens by first sight, for another process to read a batch by
+    (:class:`TokenNumbers`): the daemon's prepare process numbers its messages' tokens,
+    through a token table of its own as the C step's read looks a model's up (``_step.intern``:
+    each distinct token of a batch once, fetched ahead). Needs the C step (:func:`native`)."""
+
+    def __init__(self) -> None:
+        self.tokens: list[str] = []
+        self._table = _TokenTable(self.tokens)
+
+    def number(self, xs: list) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(new_tokens, numbers, counts, lengths)`` of the messages ``xs``: each occurrence's
+        token number and count (float64), in message and dict order, the tokens numbered now
+        (from ``len(tokens)`` on, in their numbers' order) and the messages' numbers of
+        tokens. None, with nothing numbered, when a message is not what the C step reads (see
+        :func:`vectorisable`)."""
+        n = sum(map(len, xs))
+        ids, counts = np.empty(n, dtype=np.int64), np.empty(n)
+        lengths = np.empty(len(xs), dtype=np.int64)
+        tokens = self.tokens
+        read = _native.intern(xs, [None] * len(xs), self._table.slots, tokens, ids, counts,
+                              lengths)
+        if read is None:
+            return None
+        distinct, rows, _ = read
+        numbers_of_distinct = np.frombuffer(rows, np.int64).copy()
+        unknown = np.flatnonzero(numbers_of_distinct < 0)
+        new_tokens = _pick(distinct, unknown)
+        start = len(tokens)
+        tokens += new_tokens
+        numbers_of_distinct[unknown] = np.arange(start, len(tokens))
+        table = self._table
+        if not table.serves(tokens):
+            table = self._table = _TokenTable(tokens)
+        _native.table_insert(table.slots, tokens, table.n_rows)
+        table.n_rows = len(tokens)
+        return new_tokens, numbers_of_distinct[ids], counts, lengths
+
+
+def numbered_step_takes(model) -> bool:
+    """Whether :func:`prequential_numbered` computes ``model.prequential_many`` (the C step of a
+    :class:`MultinomialNB` that :func:`takes`, without decay)."""
+    from streamnb.models.multinomial import MultinomialNB
+
+    return (isinstance(model, MultinomialNB) and model.half_life is None and native()
+            and takes(model))
+
+
+def prequential_numbered(model: MultinomialNB, numbering: TokenNumbers, numbers: np.ndarray,
+                         counts: np.ndarray, lengths: np.ndarray, xs, ys: list
+                         ) -> list[dict[str, float]]:
+    """``model.prequential_many(xs, ys)`` for a model :func:`numbered_step_takes`, with each
+    message's tokens given as their numbers in ``numbering`` and their counts (ints in
+    [1, 2**46)), in the dicts' order: no dict is read. ``xs`` (a sequence making each dict
+    when indexed) serves the messages the loop steps (a spread at the threshold, or counts
+    that are not exact); labels are ``str`` or None."""
+    if not _str_or_none(ys):
+        raise TypeError("labels must be str or None")
+    return _step(model, numbering.batch(model, numbers, counts, lengths, ys), xs, ys)
 
 
 class _TokenTable:
@@ -419,7 +564,7 @@ def _after_native(model: MultinomialNB, batch: _Batch, column: np.ndarray,
     if not learned.size:
         return
     in_learned = np.repeat(column[start:stop] >= 0, batch.lengths[start:stop])
-    written = np.zeros(len(batch.distinct), dtype=bool)
+    written = np.zeros(batch.distinct_rows.size, dtype=bool)
     written[batch.ids[offsets[start]:offsets[stop]][in_learned]] = True
     changed_rows = batch.distinct_rows[written]  # one row per distinct token
     model._array_rows_changed(changed_rows)
