@@ -22,10 +22,16 @@ reason and detail strings, never as exception objects, whose constructors do not
   child); the daemon dead-letters it as ``too_large`` without looking at a result.
 
 From the child, token counts (a ``dict``, or the featurizer's ``Counter``: the text models'
-input) travel only as their ``x_json`` and are rebuilt with :func:`orjson.loads`, which gives
-back an equal dict in the same order: on SMS, unpickling the dicts cost the daemon 10 µs a
-record, the JSON 4 µs; on SpamAssassin, a mail's pickled ``Counter`` (rebuilt through Python's
-``Counter.update``) cost more than featurizing it in the daemon's own process.
+input) travel as their ``x_json`` and as token numbers (:class:`TokenNumbering`): the child
+numbers each token the first time it sees it and sends, per batch, the new tokens once and
+every message's numbers and counts as arrays. In the daemon such a message's model input is a
+:class:`NumberedCounts`: the model step of a run of them reads the numbers straight into its
+batch (``TokenNumbers`` in :mod:`streamnb.models._prequential`, which keeps each number's
+model row), and every other use makes the dict from ``x_json`` (:func:`token_counts`), which
+gives back an equal dict in the same order. A mail's dict rebuilt (``orjson.loads``) and read
+again by the step cost the daemon's main thread 52 µs on SpamAssassin, its numbers 22
+(``bench.prepare_floor``). Pickled instead, a ``Counter`` is rebuilt through Python's
+``Counter.update``: it cost more than featurizing the mail in the daemon's own process.
 
 >>> from tests.daemon.fakes import WordPipeline
 >>> preparer = InProcessPreparer(WordPipeline(), max_value_bytes=100)
@@ -46,10 +52,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import orjson
 
 from streamnb.codec import DecodeError, Feedback, decode
 from streamnb.daemon.feedback import FeedbackStore
+from streamnb.models._prequential import NumberingTable, TokenNumbers, native
 
 __all__ = [
     "DECODE_ERROR",
@@ -57,9 +65,13 @@ __all__ = [
     "MESSAGE",
     "REJECTED",
     "InProcessPreparer",
+    "NumberedCounts",
     "PreparerError",
     "ProcessPreparer",
     "prepare_value",
+    "token_counts",
+    "with_numbered_counts",
+    "with_token_counts",
 ]
 
 DECODE_ERROR, FEEDBACK, MESSAGE, REJECTED = range(4)
@@ -120,6 +132,109 @@ def _with_token_counts(results: list[Result]) -> list[Result]:
             if r and r[0] == MESSAGE and r[3] is None else r for r in results]
 
 
+class TokenNumbering:
+    """The child's numbering of its batches' tokens (a ``NumberingTable`` of
+    :mod:`streamnb.models._prequential`, in C); after ``limit`` tokens it starts again (the
+    daemon's copy of the tokens is as long as the child's)."""
+
+    #: Tokens numbered before the numbering starts again: about 20 MB of tokens in each
+    #: process. SpamAssassin's 6,046 mails hold about 190,000.
+    LIMIT = 1 << 18
+
+    def __init__(self, limit: int = LIMIT):
+        self.limit = limit
+        self._numbering = NumberingTable()
+
+    def number(self, results: list[Result]) -> tuple | None:
+        """For the messages of ``results`` with token counts: ``(restarted, new_tokens,
+        numbers, counts, positions, lengths)``, their tokens' numbers and counts
+        concatenated in message and dict order, their places in ``results`` and their
+        numbers of tokens; ``restarted`` when the numbering started again before this batch.
+        None when the step cannot read a message's counts as arrays (a token not a ``str``,
+        a count not an ``int`` in [1, 2**46)), or without the C step: the counts then travel
+        as their JSON alone."""
+        positions = [i for i, r in enumerate(results)
+                     if r and r[0] == MESSAGE and type(r[3]) in _TOKEN_COUNTS]
+        if not positions or not native():
+            return None
+        restarted = len(self._numbering.tokens) > self.limit
+        numbering = NumberingTable() if restarted else self._numbering
+        numbered = numbering.number([results[i][3] for i in positions])
+        if numbered is None:
+            return None  # (a new numbering is dropped: the daemon's copy is the old one)
+        self._numbering = numbering
+        new_tokens, numbers, counts, lengths = numbered
+        return restarted, new_tokens, numbers, counts, positions, lengths
+
+
+class NumberedCounts:
+    """A message's token counts as the child numbered them: message ``index`` of ``poll``.
+    The run's step reads them as numbers; anything else takes :func:`token_counts`."""
+
+    __slots__ = ("poll", "index")
+
+    def __init__(self, poll: NumberedPoll, index: int):
+        self.poll, self.index = poll, index
+
+    def __repr__(self) -> str:
+        return f"NumberedCounts(message {self.index} of a poll)"
+
+
+class NumberedPoll:
+    """A batch's numbered messages: their tokens' numbers in ``numbering`` and counts,
+    concatenated, message ``k`` from ``offsets[k]`` to ``offsets[k + 1]``."""
+
+    __slots__ = ("numbering", "numbers", "counts", "offsets")
+
+    def __init__(self, numbering: TokenNumbers, numbers: np.ndarray, counts: np.ndarray,
+                 lengths: np.ndarray):
+        self.numbering, self.numbers, self.counts = numbering, numbers, counts
+        self.offsets = np.concatenate(([0], np.cumsum(lengths)))
+
+    def arrays(self, members: Sequence[NumberedCounts]) -> tuple[np.ndarray, ...]:
+        """The numbers, counts and lengths of ``members`` (messages of this poll, in order)."""
+        index = np.fromiter((m.index for m in members), dtype=np.int64, count=len(members))
+        offsets = self.offsets
+        starts, stops = offsets[index], offsets[index + 1]
+        if index[-1] - index[0] + 1 == index.size:  # consecutive: one slice
+            part = slice(starts[0], stops[-1])
+            return self.numbers[part], self.counts[part], stops - starts
+        spans = [slice(a, b) for a, b in zip(starts.tolist(), stops.tolist(), strict=True)]
+        return (np.concatenate([self.numbers[span] for span in spans]),
+                np.concatenate([self.counts[span] for span in spans]), stops - starts)
+
+
+def with_numbered_counts(numbering: TokenNumbers, results: list[Result],
+                         numbered: tuple | None) -> list[Result]:
+    """The child's ``results`` and ``numbered`` (:meth:`TokenNumbering.number`) as the daemon
+    takes them: each numbered message's input a :class:`NumberedCounts`, ``numbering`` kept
+    in step with the child's; without numbers, the counts made from their JSON."""
+    if numbered is None:
+        return _with_token_counts(results)
+    restarted, new_tokens, numbers, counts, positions, lengths = numbered
+    if restarted:
+        numbering.restart()
+    numbering.extend(new_tokens)
+    poll = NumberedPoll(numbering, numbers, counts, lengths)
+    for k, i in enumerate(positions):
+        r = results[i]
+        results[i] = (MESSAGE, r[1], r[2], NumberedCounts(poll, k), r[4], r[5])
+    return results
+
+
+def token_counts(x: Any, x_json: bytes) -> Any:
+    """The model input ``x`` of a ``MESSAGE`` result, its dict made from ``x_json`` if the
+    child numbered it."""
+    return orjson.loads(x_json) if type(x) is NumberedCounts else x
+
+
+def with_token_counts(result: Result) -> Result:
+    """``result``, a numbered message's counts made a dict (see :func:`token_counts`)."""
+    if result and result[0] == MESSAGE and type(result[3]) is NumberedCounts:
+        return (MESSAGE, result[1], result[2], orjson.loads(result[4]), result[4], result[5])
+    return result
+
+
 def _stand_ins(values: Sequence[bytes | None], max_value_bytes: int) -> list[bytes | None | bool]:
     return [False if value is not None and len(value) > max_value_bytes else value
             for value in values]
@@ -164,26 +279,29 @@ class ProcessPreparer:
     pipe closes: on :meth:`close`, at interpreter exit, or when the daemon dies. If the child
     dies, or takes longer than ``timeout`` seconds (None: no limit; the daemon gives it
     ``kafka.stall_seconds``) to answer a batch, :meth:`results` (or :meth:`submit`) raises
-    :class:`PreparerError` naming it.
+    :class:`PreparerError` naming it. The child's numbering of tokens starts again after
+    ``numbering_limit`` tokens (:class:`TokenNumbering`).
     """
 
     concurrent = True
     START_TIMEOUT = 60.0
 
     def __init__(self, factory: Callable[..., Any], args: tuple, max_value_bytes: int,
-                 timeout: float | None = None):
+                 timeout: float | None = None, numbering_limit: int = TokenNumbering.LIMIT):
         self.max_value_bytes = max_value_bytes
         self.timeout = timeout
         context = multiprocessing.get_context("spawn")  # no fork of a process with threads
         self._conn, child_end = context.Pipe()
         self._process = context.Process(
-            target=_run_preparer, args=(factory, args, child_end), name="streamnb-prepare",
+            target=_run_preparer, args=(factory, args, child_end, numbering_limit),
+            name="streamnb-prepare",
             daemon=True,
         )
         self._process.start()
         child_end.close()
         # multiprocessing joins its children at exit; the child ends when its pipe does.
         atexit.register(self._conn.close)
+        self.numbering = TokenNumbers()  # the child's TokenNumbering, and the tokens' rows
         self._owed: list[int] = []  # submitted, results not yet received, oldest first
         self._received: dict[int, list[Result]] = {}
         self._tickets = 0
@@ -213,8 +331,8 @@ class ProcessPreparer:
 
     def _receive_owed(self) -> None:
         """Receive the results of the oldest ticket still owed (the child answers in order)."""
-        results = self._receive("prepare a batch", self.timeout)
-        self._received[self._owed[0]] = _with_token_counts(results)
+        results, numbered = self._receive("prepare a batch", self.timeout)
+        self._received[self._owed[0]] = with_numbered_counts(self.numbering, results, numbered)
         self._owed.pop(0)
 
     def _receive(self, what: str, timeout: float | None) -> Any:
@@ -244,8 +362,10 @@ class ProcessPreparer:
             self._process.join(timeout=5)
 
 
-def _run_preparer(factory: Callable[..., Any], args: tuple, conn) -> None:
-    """The child's loop: a batch ``(values, default_ids)`` in, ``("ok", results)`` out."""
+def _run_preparer(factory: Callable[..., Any], args: tuple, conn,
+                  numbering_limit: int = TokenNumbering.LIMIT) -> None:
+    """The child's loop: a batch ``(values, default_ids)`` in, ``("ok", (results, numbered))``
+    out (``numbered``: :meth:`TokenNumbering.number` of the results)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
@@ -254,13 +374,16 @@ def _run_preparer(factory: Callable[..., Any], args: tuple, conn) -> None:
         conn.send(("failed", repr(error)))
         return
     conn.send(("ok", None))
+    numbering = TokenNumbering(numbering_limit)
     while True:
         try:
             values, default_ids = conn.recv()
         except (EOFError, ConnectionError, OSError):  # closed by the daemon, or it is gone
             return
         try:
-            reply = ("ok", _without_token_counts(_prepare_batch(pipeline, values, default_ids)))
+            results = _prepare_batch(pipeline, values, default_ids)
+            numbered = numbering.number(results)
+            reply = ("ok", (_without_token_counts(results), numbered))
         except Exception as error:  # noqa: BLE001 - the daemon fails, as it would in-process
             reply = ("failed", repr(error))
         try:

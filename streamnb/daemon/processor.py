@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from streamnb.codec import Feedback, encode
 from streamnb.daemon.changelog import run_key
 from streamnb.daemon.feedback import FeedbackStore, decide, entry_cost
@@ -29,9 +31,14 @@ from streamnb.daemon.prepare import (
     FEEDBACK,
     MESSAGE,
     REJECTED,
+    NumberedCounts,
+    NumberedPoll,
     prepare_value,
+    token_counts,
+    with_token_counts,
 )
 from streamnb.models._base import first_best
+from streamnb.models._prequential import numbered_step_takes, prequential_numbered
 
 __all__ = ["RecordProcessor"]
 
@@ -94,8 +101,44 @@ class _Run:
 
     def messages(self) -> list[_NewMessage]:
         return [_NewMessage(*member) for member in zip(
-            self.records, self.keys, self.ids, self.labels, self.xs, self.x_jsons,
+            self.records, self.keys, self.ids, self.labels, self.dicts(), self.x_jsons,
             self.started, strict=True)]
+
+    def dicts(self) -> tuple:
+        """The model inputs, those the prepare process numbered made dicts (once)."""
+        if self.xs and type(self.xs[0]) is NumberedCounts:
+            self.xs = tuple(map(token_counts, self.xs, self.x_jsons))
+        return self.xs
+
+    def numbered(self) -> NumberedPoll | None:
+        """The poll whose numbers all the members' inputs are, if they are."""
+        xs = self.xs
+        if type(xs[0]) is not NumberedCounts:
+            return None
+        poll = xs[0].poll
+        numbered = NumberedCounts
+        if all(type(x) is numbered and x.poll is poll for x in xs):
+            return poll
+        return None
+
+
+class _LazyDicts:
+    """The inputs of a numbered run as the model's loop reads them (indexed, sliced or
+    iterated), each dict made from its JSON when read: the step's loop reads a few."""
+
+    def __init__(self, x_jsons: tuple):
+        self.x_jsons = x_jsons
+
+    def __len__(self) -> int:
+        return len(self.x_jsons)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [orjson.loads(x_json) for x_json in self.x_jsons[index]]
+        return orjson.loads(self.x_jsons[index])
+
+    def __iter__(self):
+        return map(orjson.loads, self.x_jsons)
 
 
 def _labeller(model: Any) -> Callable[[dict[str, float]], str | None]:
@@ -184,7 +227,7 @@ class RecordProcessor:
                     self._apply_run(run)
                     run = _Run()
                     add_record, add_key, add_started, add_result, add_id, run_ids = run.joiners()
-                self._process_one(record, key, result, started)
+                self._process_one(record, key, with_token_counts(result), started)
                 self.offsets[key] = record.offset + 1
             self._apply_run(run)
             self.pending += len(records)
@@ -229,7 +272,13 @@ class RecordProcessor:
         live = self.live
         updates = live.n_updates
         try:
-            probas = live.prequential_many(run.xs, run.labels)
+            poll = run.numbered()
+            if poll is not None and numbered_step_takes(live):
+                numbers, counts, lengths = poll.arrays(run.xs)
+                probas = prequential_numbered(live, poll.numbering, numbers, counts, lengths,
+                                              _LazyDicts(run.x_jsons), list(run.labels))
+            else:
+                probas = live.prequential_many(run.dicts(), run.labels)
         except Exception:  # noqa: BLE001 - a rejected input: handled one record at a time
             if live.n_updates != updates:
                 raise  # partly learned: only a restart from the last commit is exact
@@ -252,9 +301,9 @@ class RecordProcessor:
         observations: list[tuple[str, str | None, dict]] = []
         unlabelled = 0
         part_key = part = None
-        for record, key, msg_id, label, x, started, proba in zip(
-                run.records, keys, run.ids, run.labels, run.xs, run.started, probas,
-                strict=True):
+        for record, key, msg_id, label, x, x_json, started, proba in zip(
+                run.records, keys, run.ids, run.labels, run.xs, run.x_jsons, run.started,
+                probas, strict=True):
             if label is None:
                 unlabelled += 1
                 emit(msg_id, label_of(proba), proba, record, started, updates, outputs=outputs)
@@ -264,7 +313,7 @@ class RecordProcessor:
                 if key != part_key:
                     part_key, part = key, slices[key]
                 if part.model is not live:  # the live model learned it in the batch step
-                    part.model.learn_one(x, label)
+                    part.model.learn_one(token_counts(x, x_json), label)
                 latencies.append(perf_counter() - started)
             offsets[key] = record.offset + 1
         if outputs:

@@ -23,10 +23,12 @@ from streamnb.daemon.prepare import (
     MESSAGE,
     REJECTED,
     InProcessPreparer,
+    NumberedCounts,
     PreparerError,
     ProcessPreparer,
     _without_token_counts,
     prepare_value,
+    with_token_counts,
 )
 from streamnb.pipeline import build_pipeline
 from tests.conftest import REPO
@@ -78,6 +80,24 @@ def ids(values):
     return [f"in:0:{offset}" for offset in range(len(values))]
 
 
+def as_dicts(results):
+    return [with_token_counts(result) for result in results]
+
+
+def assert_numbers_are_the_counts(from_child, expected, numbering):
+    """Every message's token counts came as numbers too: in the daemon's copy of the child's
+    numbering, its tokens and counts in the dict's order."""
+    messages = [(got, want) for got, want in zip(from_child, expected, strict=True)
+                if want and want[0] == MESSAGE]
+    assert messages and all(type(got[3]) is NumberedCounts for got, _ in messages)
+    for got, want in messages:
+        poll = got[3].poll
+        numbers, counts, lengths = poll.arrays([got[3]])
+        assert lengths.tolist() == [len(want[3])]
+        assert [numbering.tokens[n] for n in numbers.tolist()] == list(want[3])
+        assert counts.tolist() == list(want[3].values())
+
+
 def test_the_child_gives_what_the_in_process_preparer_gives_over_sms_and_poison(data_dir):
     args = default_pipeline_args()
     values = sms_values(data_dir)
@@ -90,16 +110,17 @@ def test_the_child_gives_what_the_in_process_preparer_gives_over_sms_and_poison(
         # both directions if both ends wrote at once.
         first = child.submit(values, ids(values))
         second = child.submit(values[::-1], ids(values)[::-1])
-        assert child.results(second) == expected[::-1]
+        assert as_dicts(child.results(second)) == expected[::-1]
         from_child = child.results(first)
-        assert from_child == expected
+        assert as_dicts(from_child) == expected
         # token counts come back in the order the featurizer gave them (float sums follow it)
-        assert [list(r[3].items()) for r in from_child if r and r[0] == MESSAGE] == (
+        assert [list(r[3].items()) for r in as_dicts(from_child) if r and r[0] == MESSAGE] == (
             [list(r[3].items()) for r in expected if r and r[0] == MESSAGE])
+        assert_numbers_are_the_counts(from_child, expected, child.numbering)
         for start in range(0, len(values), 500):  # as the daemon submits: one poll at a time
             chunk = values[start:start + 500]
-            assert child.results(child.submit(chunk, ids(values)[start:start + 500])) == (
-                expected[start:start + 500])
+            assert as_dicts(child.results(child.submit(chunk, ids(values)[start:start + 500]))
+                            ) == expected[start:start + 500]
     finally:
         child.close()
     kinds = {result[0] if result else None for result in expected}
@@ -127,9 +148,10 @@ def spamassassin_values(data_dir: Path) -> list[bytes]:
 
 
 def test_mail_from_the_child_is_the_in_process_result_carried_as_its_json(data_dir):
-    """The featurizer's token counts (a ``Counter``) cross the pipe only as their ``x_json``:
-    a pickled ``Counter`` is rebuilt through Python's ``Counter.update``, which cost the
-    daemon more a mail than featurizing it in its own process."""
+    """The featurizer's token counts (a ``Counter``) cross the pipe as their ``x_json`` and
+    their token numbers, never pickled: a pickled ``Counter`` is rebuilt through Python's
+    ``Counter.update``, which cost the daemon more a mail than featurizing it in its own
+    process."""
     args = default_pipeline_args()
     values = spamassassin_values(data_dir)
     here = InProcessPreparer(build_pipeline(*args), 1 << 20)
@@ -141,9 +163,10 @@ def test_mail_from_the_child_is_the_in_process_result_carried_as_its_json(data_d
         from_child = child.results(child.submit(values, ids(values)))
     finally:
         child.close()
-    assert from_child == expected
-    assert [list(r[3].items()) for r in from_child if r[0] == MESSAGE] == (
+    assert as_dicts(from_child) == expected
+    assert [list(r[3].items()) for r in as_dicts(from_child) if r[0] == MESSAGE] == (
         [list(r[3].items()) for r in expected if r[0] == MESSAGE])
+    assert_numbers_are_the_counts(from_child, expected, child.numbering)
     assert sum(r[0] == MESSAGE for r in expected) == len(values)
 
 
