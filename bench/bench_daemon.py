@@ -34,7 +34,10 @@
    microseconds per record (wall time of each call, in-process, one round).
 6. ``--prepare-process``: a third contender in the throughput rounds, the daemon with
    ``pipeline.prepare_process = true`` (decoding and featurizing in a child process);
-   ``--baseline DIR`` another, the daemon of another checkout (the code before a change, say).
+   ``--baseline DIR`` another, the daemon of another checkout (the code before a change, say);
+   with both, the baseline runs with the prepare process too, and both print the CPU their
+   daemon's own process spent a message (the child's apart: on a host with cores to spare,
+   the daemon's process is the one that bounds the rate).
 7. ``--floor``: the CPU per record of each stage any daemon built on these parts must run
    (the bare consumer's own, decode and featurize, the model step, the feedback store,
    kafka-python's producer for the predictions, and the changelog records of the state's
@@ -1015,6 +1018,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name}: {len(values)} records in {topic}", file=sys.stderr, flush=True)
         topics[name] = (topic, len(values))
         bare, loop, prepared, baseline, skeleton, skeleton_free = [], [], [], [], [], []
+        baseline_prepared: list = []
         tuned: dict[str, list] = {line: [] for line in args.kafka_setting}
 
         def time_settings(tuned: dict[str, list], topic: str, n: int) -> None:
@@ -1039,8 +1043,14 @@ def main(argv: list[str] | None = None) -> int:
                 skeleton.append(in_child("skeleton", args.bootstrap, topic, len(values)))
                 skeleton_free.append(in_child("skeleton-free-prepare", args.bootstrap, topic,
                                               len(values)))
+            if args.prepare_process and args.baseline and others_first:
+                baseline_prepared.append(in_child("prepare", args.bootstrap, topic,
+                                                  len(values), repo=args.baseline))
             if args.prepare_process:
                 prepared.append(in_child("prepare", args.bootstrap, topic, len(values)))
+            if args.prepare_process and args.baseline and not others_first:
+                baseline_prepared.append(in_child("prepare", args.bootstrap, topic,
+                                                  len(values), repo=args.baseline))
             if args.baseline and not others_first:
                 baseline.append(in_child("daemon", args.bootstrap, topic, len(values),
                                          repo=args.baseline))
@@ -1088,6 +1098,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  with pipeline.prepare_process = true: daemon {n / p:,.0f} msg/s, "
                   f"ratio {b / p:.3f}  [rounds: "
                   + ", ".join(f"{n / t:,.0f}" for t, _ in prepared) + "]")
+        if baseline_prepared:
+            p = statistics.median(w for w, _ in baseline_prepared)
+            print(f"  baseline with the prepare process: {n / p:,.0f} msg/s, ratio {b / p:.3f}"
+                  "  [rounds: " + ", ".join(f"{n / t:,.0f}" for t, _ in baseline_prepared)
+                  + "]")
+            for who, times in (("the daemon's", prepared), ("the baseline's", baseline_prepared)):
+                cpu = [c / n * 1e6 for _, c in times]
+                print(f"  {who} own process with the prepare process, CPU a message (start-up "
+                      f"included): median {statistics.median(cpu):.0f} us  ["
+                      + ", ".join(f"{c:.0f}" for c in cpu) + "]")
+            ratios = [c / o for (_, c), (_, o) in zip(prepared, baseline_prepared, strict=True)]
+            print(f"  its CPU over the baseline's, round by round: median "
+                  f"{statistics.median(ratios):.3f}  [" + ", ".join(f"{r:.3f}" for r in ratios)
+                  + "]")
         if args.breakdown:
             breakdown(args.bootstrap, topic, n)
         if args.wall_split:
