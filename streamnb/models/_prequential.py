@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from collections import defaultdict
 from itertools import chain, count, groupby, repeat
 from operator import itemgetter
@@ -219,7 +220,9 @@ class TokenNumbers:
     numbers' order; :meth:`restart` begins a new numbering). ``rows[n]`` is the row of token
     ``n`` in ``model._keys`` where it is known (-1: not looked up, or not held): rows are kept
     only for one model and one row list, which only grows (expiry makes a new one), so a row
-    once found stays right until either changes, when all are looked up again."""
+    once found stays right until either changes, when all are looked up again. (The model is
+    held weakly, so that a revoked one is not kept alive; the list is held, so that no other
+    list can take its place in memory and pass for it.)"""
 
     def __init__(self) -> None:
         self.restart()
@@ -229,7 +232,8 @@ class TokenNumbers:
         self._forget_rows()
 
     def _forget_rows(self, size: int = 1 << 12) -> None:
-        self.model = self.keys = None
+        self._model: weakref.ref | None = None
+        self._keys: list | None = None
         self.rows = np.full(size, -1, dtype=np.int64)
         # per number, scratch of a batch (left at _NOWHERE): its first occurrence, its rank
         self.first = np.full(size, _NOWHERE, dtype=np.int64)
@@ -250,9 +254,9 @@ class TokenNumbers:
         tokens a labelled message will index, by first labelled occurrence, and their rows
         from ``len(model._keys)`` on. ``numbers`` and ``counts`` are the messages' tokens
         in their dicts' order, concatenated; ``lengths`` the messages' numbers of tokens."""
-        if self.model is not model or self.keys is not model._keys:
+        if self._keys is not model._keys or self._model is None or self._model() is not model:
             self._forget_rows(self.rows.size)
-            self.model, self.keys = model, model._keys
+            self._model, self._keys = weakref.ref(model), model._keys
         # each number's first occurrence without a sort: a scatter of the positions' minimum
         occurrences = np.arange(numbers.size)
         first = self.first

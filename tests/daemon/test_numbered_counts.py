@@ -5,6 +5,8 @@ an expiry renumbering the model's rows and runs that skip messages of their poll
 from __future__ import annotations
 
 import base64
+import gc
+import weakref
 from collections import Counter
 
 import orjson
@@ -94,6 +96,25 @@ def test_a_labelled_messages_new_tokens_get_the_rows_the_loop_gives_them():
     assert batch.new_keys == ["b", "c", "d"]
     assert batch.ids.tolist() == [0, 1, 1, 2, 3, 2]
     assert batch.values.tolist() == [1, 2, 1, 3, 1, 1] and batch.lengths.tolist() == [2, 2, 2]
+
+
+def test_the_rows_kept_do_not_keep_a_model_alive():
+    """A revoked live model is freed although the daemon's rows were last kept for it; the
+    next model has its rows looked up anew."""
+    child, daemon_side = TokenNumbering(), TokenNumbers()
+    _, new_tokens, numbers, counts, _, lengths = child.number(
+        [(MESSAGE, "", "ham", {"a": 1, "b": 1}, b"", ())])
+    daemon_side.extend(new_tokens)
+    model = make_model("multinomial", preset="mail")
+    prequential_numbered(model, daemon_side, numbers, counts, lengths, [{"a": 1, "b": 1}],
+                         ["ham"])
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None
+    fresh = make_model("multinomial", preset="mail")
+    assert daemon_side.batch(fresh, numbers, counts, lengths, [None]).distinct_rows.tolist() == [
+        -1, -1]
 
 
 def test_counts_the_step_cannot_read_as_arrays_leave_the_batch_to_its_json():
