@@ -29,7 +29,7 @@ every message's numbers and counts as arrays. In the daemon such a message's mod
 batch (``TokenNumbers`` in :mod:`streamnb.models._prequential`, which keeps each number's
 model row), and every other use makes the dict from ``x_json`` (:func:`token_counts`), which
 gives back an equal dict in the same order. A mail's dict rebuilt (``orjson.loads``) and read
-again by the step cost the daemon's main thread 52 µs on SpamAssassin, its numbers 22
+again by the step cost the daemon's main thread 56 µs on SpamAssassin, its numbers 17.5
 (``bench.prepare_floor``). Pickled instead, a ``Counter`` is rebuilt through Python's
 ``Counter.update``: it cost more than featurizing the mail in the daemon's own process.
 
@@ -294,8 +294,7 @@ class ProcessPreparer:
         self._conn, child_end = context.Pipe()
         self._process = context.Process(
             target=_run_preparer, args=(factory, args, child_end, numbering_limit),
-            name="streamnb-prepare",
-            daemon=True,
+            name="streamnb-prepare", daemon=True,
         )
         self._process.start()
         child_end.close()
