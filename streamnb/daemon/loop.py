@@ -830,13 +830,15 @@ def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     freeze_start_up_heap()
+    prepare_pid = getattr(getattr(daemon, "preparer", None), "pid", None)  # prepare_process
     log.info(
-        "streamnb %s running: %s -> %s (model %s, transactional id %s)",
+        "streamnb %s running: %s -> %s (model %s, transactional id %s%s)",
         __version__,
         ",".join(settings.kafka.input_topics),
         settings.kafka.output_topic,
         settings.model.kind,
         getattr(daemon.io, "transactional_id", "?"),
+        "" if prepare_pid is None else f", prepare process pid {prepare_pid}",
         extra={"event": "started"},
     )
     try:

@@ -85,6 +85,8 @@ def test_sms_end_to_end_one_prediction_per_unlabelled_id(
     wait_caught_up(kafka_bootstrap, topic_prefix, daemon)
     code, seconds = daemon.terminate()
     assert code == 0
+    started = next(e for e in daemon.events() if e.get("event") == "started")
+    assert ("prepare process pid" in started["message"]) == prepare_process, started
 
     predictions = read_all(
         kafka_bootstrap, f"{topic_prefix}-out", until=lambda r: len(r) >= len(unlabelled)
