@@ -231,7 +231,8 @@ def token_counts(x: Any, x_json: bytes) -> Any:
 def with_token_counts(result: Result) -> Result:
     """``result``, a numbered message's counts made a dict (see :func:`token_counts`)."""
     if result and result[0] == MESSAGE and type(result[3]) is NumberedCounts:
-        return (MESSAGE, result[1], result[2], orjson.loads(result[4]), result[4], result[5])
+        return (MESSAGE, result[1], result[2], token_counts(result[3], result[4]), result[4],
+                result[5])
     return result
 
 

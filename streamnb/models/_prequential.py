@@ -267,8 +267,8 @@ class TokenNumbers:
         ids = self.rank[numbers]
         rows = self.rows[distinct]
         unknown = np.flatnonzero(rows < 0)
+        tokens = self.tokens
         if unknown.size:  # not held when last looked for, or never looked for
-            tokens = self.tokens
             found = table_rows(model, [tokens[n] for n in distinct[unknown].tolist()])
             rows[unknown] = found
             self.rows[distinct[unknown]] = found
@@ -278,7 +278,6 @@ class TokenNumbers:
         new_ids, where = np.unique(candidates, return_index=True)
         new_ids = new_ids[np.argsort(where, kind="stable")]  # by first labelled occurrence
         rows[new_ids] = n_indexed + np.arange(new_ids.size)
-        tokens = self.tokens
         return _InternedBatch(lengths, np.asarray(counts, dtype=np.float64), ids, None, rows,
                               [tokens[n] for n in distinct[new_ids].tolist()], n_indexed)
 
@@ -323,11 +322,7 @@ class NumberingTable:
         start = len(tokens)
         tokens += new_tokens
         numbers_of_distinct[unknown] = np.arange(start, len(tokens))
-        table = self._table
-        if not table.serves(tokens):
-            table = self._table = _TokenTable(tokens)
-        _native.table_insert(table.slots, tokens, table.n_rows)
-        table.n_rows = len(tokens)
+        self._table = _table_of(self._table, tokens)
         return new_tokens, numbers_of_distinct[ids], counts, lengths
 
 
@@ -389,14 +384,19 @@ def _token_table(model: MultinomialNB) -> np.ndarray:
     """The model's token table, with every row it has: built on the first batch, after the
     rows were renumbered (expiry), when full, or in another process (a pickled model); else
     the rows indexed since the last batch are added."""
-    table = model._token_table
-    keys = model._keys
+    table = model._token_table = _table_of(model._token_table, model._keys)
+    return table.slots
+
+
+def _table_of(table: _TokenTable | None, keys: list) -> _TokenTable:
+    """``table`` holding every row of ``keys``: the rows added to it since, or a new table
+    where it is None or cannot serve them (another list, full, another process)."""
     if table is None or not table.serves(keys):
-        table = model._token_table = _TokenTable(keys)
+        table = _TokenTable(keys)
     if table.n_rows < len(keys):
         _native.table_insert(table.slots, keys, table.n_rows)
         table.n_rows = len(keys)
-    return table.slots
+    return table
 
 
 def table_rows(model: MultinomialNB, tokens: list) -> np.ndarray | None:
