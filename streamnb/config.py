@@ -177,6 +177,8 @@ class LimitsSettings:
 class PipelineSettings:
     # Decode and featurize in a child process, one batch ahead of the model.
     prepare_process: bool = False
+    # With prepare_process: how many child processes share each batch, in consecutive parts.
+    prepare_processes: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,7 +389,8 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
         },
     ),
     "limits": (LimitsSettings, {"max_value_bytes": _positive_int}),
-    "pipeline": (PipelineSettings, {"prepare_process": _bool}),
+    "pipeline": (PipelineSettings, {"prepare_process": _bool,
+                                     "prepare_processes": _positive_int}),
 }
 # Tables passed through to a component that validates them itself (the featurizer).
 FREE_TABLES = ("features",)

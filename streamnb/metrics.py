@@ -615,6 +615,11 @@ class Metrics:
             "Time to commit one transaction (changelog records, offsets, commit).",
             buckets=CHECKPOINT_BUCKETS, registry=r,
         )
+        self._prepare_wait = Counter(
+            "streamnb_prepare_wait_seconds",
+            "Time the daemon waited for its prepare processes' results (pipeline.prepare_process).",
+            registry=r,
+        )
         self._checkpoint_size = Gauge(
             "streamnb_checkpoint_size_bytes",
             "Changelog bytes (keys and values) written by the last commit.", registry=r
@@ -736,6 +741,10 @@ class Metrics:
         self._checkpoint_time.set_to_current_time()
         self._checkpoint_duration.observe(duration_seconds)
         self._checkpoint_size.set(size_bytes)
+
+    def prepare_waited(self, seconds: float) -> None:
+        if seconds:
+            self._prepare_wait.inc(seconds)
 
     def set_global_model_staleness(self, seconds: float, lag_records: int) -> None:
         self._global_staleness.set(seconds)

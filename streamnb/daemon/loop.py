@@ -566,7 +566,9 @@ class Daemon(RecordProcessor, Committer):
         records = self._poll(timeout_ms)
         self._in_flight = None
         # Received before the next batch is submitted: the preparer then never waits to send.
+        waited = self.preparer.waited_seconds
         prepared = self.preparer.results(in_flight.ticket)
+        self.metrics.prepare_waited(self.preparer.waited_seconds - waited)
         if records:
             self._submit(records)
         return self._process_in_flight(in_flight, prepared)
@@ -761,6 +763,7 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
             (table, dict(settings.features)),
             settings.limits.max_value_bytes,
             timeout=settings.kafka.stall_seconds,
+            processes=settings.pipeline.prepare_processes,
         )
     try:
         return Daemon(
@@ -830,7 +833,7 @@ def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     freeze_start_up_heap()
-    prepare_pid = getattr(getattr(daemon, "preparer", None), "pid", None)  # prepare_process
+    prepare_pids = getattr(getattr(daemon, "preparer", None), "pids", ())  # prepare_process
     log.info(
         "streamnb %s running: %s -> %s (model %s, transactional id %s%s)",
         __version__,
@@ -838,7 +841,9 @@ def main(args: argparse.Namespace) -> int:
         settings.kafka.output_topic,
         settings.model.kind,
         getattr(daemon.io, "transactional_id", "?"),
-        "" if prepare_pid is None else f", prepare process pid {prepare_pid}",
+        "" if not prepare_pids else (
+            f", prepare process pid {prepare_pids[0]}" if len(prepare_pids) == 1
+            else f", prepare processes pids {', '.join(map(str, prepare_pids))}"),
         extra={"event": "started"},
     )
     try:

@@ -4,9 +4,10 @@ Turning a record's value into the model's input (JSON decode, then the featurize
 function of the value and the configured featurizer and model options, and it is about a third
 of the daemon's per-record work on SMS. The model step, by contrast, must run in record order
 in the daemon's process. :class:`ProcessPreparer` therefore decodes and featurizes a polled
-batch in a child process while the daemon runs the model step of the batch before it: two
-cores busy instead of one. :class:`InProcessPreparer` has the same surface and computes at
-once (the test fakes use it, and ``pipeline.prepare_process = false`` selects it).
+batch in a child process (or several, each given a consecutive part of it) while the daemon
+runs the model step of the batch before it: two cores busy instead of one, or more.
+:class:`InProcessPreparer` has the same surface and computes at once (the test fakes use
+it, and ``pipeline.prepare_process = false`` selects it).
 
 A result is a plain tuple (cheap to pickle; the decode and featurizer errors travel as their
 reason and detail strings, never as exception objects, whose constructors do not unpickle):
@@ -48,6 +49,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import signal
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -245,6 +247,8 @@ class InProcessPreparer:
     """Computes each batch in :meth:`submit`, in this process, with ``pipeline``."""
 
     concurrent = False
+    #: never waited for: each batch is computed in :meth:`submit`
+    waited_seconds = 0.0
 
     def __init__(self, pipeline: Any, max_value_bytes: int):
         self.pipeline = pipeline
@@ -266,100 +270,175 @@ class InProcessPreparer:
 
 
 class ProcessPreparer:
-    """The surface of :class:`InProcessPreparer`, computing in a child process.
+    """The surface of :class:`InProcessPreparer`, computing in ``processes`` child processes.
 
-    The child builds its own pipeline as ``factory(*args)`` (for the daemon,
+    Each child builds its own pipeline as ``factory(*args)`` (for the daemon,
     :func:`streamnb.pipeline.build_pipeline` of the ``[model]`` and ``[features]`` settings,
-    which is what the daemon's own pipeline is built from). Batches are answered in the order
-    they were submitted. The pipe is never written by both ends at once: :meth:`submit` first
-    receives the results of every earlier ticket still owed (so a large batch can never block
-    the parent's send while the child blocks sending results); the daemon's loop calls
+    which is what the daemon's own pipeline is built from). A batch is cut into as many
+    consecutive parts as there are children, one each, and its results are the parts' in
+    order: batches are answered in the order they were submitted. A pipe is never written by
+    both ends at once: :meth:`submit` first receives the results of every earlier ticket a
+    child still owes before it sends that child a part (so a large batch can never block the
+    parent's send while the child blocks sending results); the daemon's loop calls
     :meth:`results` for batch N before it submits batch N+1, so nothing is waited for there.
 
-    The child ignores SIGINT and SIGTERM (the daemon decides when to stop) and ends when its
-    pipe closes: on :meth:`close`, at interpreter exit, or when the daemon dies. If the child
+    A child ignores SIGINT and SIGTERM (the daemon decides when to stop) and ends when its
+    pipe closes: on :meth:`close`, at interpreter exit, or when the daemon dies. If a child
     dies, or takes longer than ``timeout`` seconds (None: no limit; the daemon gives it
     ``kafka.stall_seconds``) to answer a batch, :meth:`results` (or :meth:`submit`) raises
-    :class:`PreparerError` naming it. The child's numbering of tokens starts again after
-    ``numbering_limit`` tokens (:class:`TokenNumbering`).
+    :class:`PreparerError` naming it. Each child numbers its tokens on its own, starting
+    again after ``numbering_limit`` tokens (:class:`TokenNumbering`); a part's numbered
+    messages share one :class:`NumberedPoll`, which the daemon's runs do not cross.
     """
 
     concurrent = True
     START_TIMEOUT = 60.0
 
     def __init__(self, factory: Callable[..., Any], args: tuple, max_value_bytes: int,
-                 timeout: float | None = None, numbering_limit: int = TokenNumbering.LIMIT):
+                 timeout: float | None = None, numbering_limit: int = TokenNumbering.LIMIT,
+                 processes: int = 1):
+        if processes < 1:
+            raise ValueError(f"a ProcessPreparer needs at least one process, not {processes}")
         self.max_value_bytes = max_value_bytes
         self.timeout = timeout
         context = multiprocessing.get_context("spawn")  # no fork of a process with threads
-        self._conn, child_end = context.Pipe()
-        self._process = context.Process(
-            target=_run_preparer, args=(factory, args, child_end, numbering_limit),
-            name="streamnb-prepare", daemon=True,
-        )
-        self._process.start()
-        child_end.close()
-        # multiprocessing joins its children at exit; the child ends when its pipe does.
-        atexit.register(self._conn.close)
-        self.numbering = TokenNumbers()  # the child's TokenNumbering, and the tokens' rows
-        self._owed: list[int] = []  # submitted, results not yet received, oldest first
-        self._received: dict[int, list[Result]] = {}
+        self._children: list[_Child] = []
+        try:
+            for number in range(processes):
+                name = "streamnb-prepare" if processes == 1 else f"streamnb-prepare-{number + 1}"
+                self._children.append(_Child(context, factory, args, numbering_limit, name))
+            for child in self._children:  # started together, then each waited for
+                child.receive("start", self.START_TIMEOUT)
+        except BaseException:
+            self.close()
+            raise
+        #: ticket -> the children given a part of it, in the batch's order
+        self._parts: dict[int, list[_Child]] = {}
         self._tickets = 0
-        self._receive("start", self.START_TIMEOUT)
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid
+        """The first child's pid (see :attr:`pids`)."""
+        return self._children[0].process.pid
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [child.process.pid for child in self._children]
+
+    @property
+    def waited_seconds(self) -> float:
+        """How long this process has waited, in all, for the children's results: near the
+        time of its whole loop, the children bound the daemon's rate."""
+        return sum(child.waited for child in self._children)
+
+    @property
+    def numberings(self) -> list[TokenNumbers]:
+        """Each child's numbering of tokens as the daemon keeps it."""
+        return [child.numbering for child in self._children]
 
     def submit(self, values: Sequence[bytes | None], default_ids: Sequence[str]) -> int:
-        while self._owed:
-            self._receive_owed()
         self._tickets += 1
-        try:
-            self._conn.send((_stand_ins(values, self.max_value_bytes), list(default_ids)))
-        except (BrokenPipeError, ConnectionError, EOFError, OSError) as error:
-            raise PreparerError(f"{self._name()} has ended: {error!r}") from error
-        self._owed.append(self._tickets)
-        return self._tickets
+        ticket = self._tickets
+        stand_ins, default_ids = _stand_ins(values, self.max_value_bytes), list(default_ids)
+        # parts of ceil(n / children) values: as many parts as children, fewer for a batch
+        # of fewer values than children, one (maybe empty) at least
+        size = -(-len(stand_ins) // len(self._children)) or 1
+        parts = []
+        for k, start in enumerate(range(0, max(len(stand_ins), 1), size)):
+            child = self._children[k]
+            child.send(ticket, (stand_ins[start:start + size], default_ids[start:start + size]),
+                       self.timeout)
+            parts.append(child)
+        self._parts[ticket] = parts
+        return ticket
 
     def results(self, ticket: int) -> list[Result]:
-        while ticket not in self._received:
-            if not self._owed:
-                raise KeyError(f"no batch submitted as ticket {ticket}")
-            self._receive_owed()
-        return self._received.pop(ticket)
-
-    def _receive_owed(self) -> None:
-        """Receive the results of the oldest ticket still owed (the child answers in order)."""
-        results, numbered = self._receive("prepare a batch", self.timeout)
-        self._received[self._owed[0]] = with_numbered_counts(self.numbering, results, numbered)
-        self._owed.pop(0)
-
-    def _receive(self, what: str, timeout: float | None) -> Any:
-        try:
-            if timeout is not None and not self._conn.poll(timeout):
-                raise PreparerError(f"{self._name()} did not {what} within {timeout:.0f} s")
-            status, detail = self._conn.recv()
-        except (EOFError, ConnectionError, OSError) as error:
-            self._process.join(1)
-            raise PreparerError(
-                f"{self._name()} ended (exit code {self._process.exitcode}) before it could "
-                f"{what}") from error
-        if status == "failed":
-            raise PreparerError(f"{self._name()} could not {what}: {detail}")
-        return detail
-
-    def _name(self) -> str:
-        return f"the prepare process {self._process.name} (pid {self._process.pid})"
+        parts = self._parts.pop(ticket, None)
+        if parts is None:
+            raise KeyError(f"no batch submitted as ticket {ticket}")
+        if len(parts) == 1:
+            return parts[0].results(ticket, self.timeout)
+        results: list[Result] = []
+        for child in parts:
+            results += child.results(ticket, self.timeout)
+        return results
 
     def close(self) -> None:
-        """End the child: it exits when its pipe closes."""
-        self._conn.close()
-        atexit.unregister(self._conn.close)
-        self._process.join(timeout=5)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(timeout=5)
+        """End the children: each exits when its pipe closes."""
+        for child in self._children:
+            child.close()
+
+
+class _Child:
+    """One prepare process of a :class:`ProcessPreparer`: its pipe, the tickets whose part it
+    still owes (oldest first; it answers in order) and the daemon's copy of its numbering."""
+
+    def __init__(self, context, factory: Callable[..., Any], args: tuple,
+                 numbering_limit: int, name: str):
+        self.conn, child_end = context.Pipe()
+        self.process = context.Process(
+            target=_run_preparer, args=(factory, args, child_end, numbering_limit),
+            name=name, daemon=True,
+        )
+        self.process.start()
+        child_end.close()
+        # multiprocessing joins its children at exit; the child ends when its pipe does.
+        atexit.register(self.conn.close)
+        self.numbering = TokenNumbers()  # the child's TokenNumbering, and the tokens' rows
+        self.owed: list[int] = []
+        self.received: dict[int, list[Result]] = {}
+        self.waited = 0.0  # seconds blocked until a batch's results began to arrive
+
+    def send(self, ticket: int, part: tuple, timeout: float | None) -> None:
+        while self.owed:
+            self._receive_owed(timeout)
+        try:
+            self.conn.send(part)
+        except (BrokenPipeError, ConnectionError, EOFError, OSError) as error:
+            raise PreparerError(f"{self.name()} has ended: {error!r}") from error
+        self.owed.append(ticket)
+
+    def results(self, ticket: int, timeout: float | None) -> list[Result]:
+        while ticket not in self.received:
+            if not self.owed:
+                raise KeyError(f"no batch submitted as ticket {ticket}")
+            self._receive_owed(timeout)
+        return self.received.pop(ticket)
+
+    def _receive_owed(self, timeout: float | None) -> None:
+        results, numbered = self.receive("prepare a batch", timeout, counted=True)
+        self.received[self.owed[0]] = with_numbered_counts(self.numbering, results, numbered)
+        self.owed.pop(0)
+
+    def receive(self, what: str, timeout: float | None, counted: bool = False) -> Any:
+        """The child's next answer; ``counted``: the time until it begins to arrive is added
+        to :attr:`waited`."""
+        try:
+            started = time.perf_counter()
+            if not self.conn.poll(timeout):  # (None: as long as it takes)
+                raise PreparerError(f"{self.name()} did not {what} within {timeout:.0f} s")
+            if counted:
+                self.waited += time.perf_counter() - started
+            status, detail = self.conn.recv()
+        except (EOFError, ConnectionError, OSError) as error:
+            self.process.join(1)
+            raise PreparerError(
+                f"{self.name()} ended (exit code {self.process.exitcode}) before it could "
+                f"{what}") from error
+        if status == "failed":
+            raise PreparerError(f"{self.name()} could not {what}: {detail}")
+        return detail
+
+    def name(self) -> str:
+        return f"the prepare process {self.process.name} (pid {self.process.pid})"
+
+    def close(self) -> None:
+        self.conn.close()
+        atexit.unregister(self.conn.close)
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
 
 
 def _run_preparer(factory: Callable[..., Any], args: tuple, conn,

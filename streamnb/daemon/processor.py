@@ -177,6 +177,7 @@ class RecordProcessor:
             self._output_rooms.clear()
             run = _Run()
             add_record, add_key, add_started, add_result, add_id, run_ids = run.joiners()
+            run_poll = None  # the NumberedPoll of the run's numbered members
             # Per partition of the batch, its slice key if owned (None: revoked while the
             # batch was in flight, its new owner reads it), whether it is scored in runs, the
             # ids its feedback store holds and the bytes of its store's run records: none
@@ -215,6 +216,17 @@ class RecordProcessor:
                             and msg_id not in held and msg_id not in run_ids
                             and (_surely_fits_run(msg_id, label, x_json, run_max_bytes)
                                  or self._fits_state(key, msg_id, x_json, label))):
+                        x = result[3]
+                        poll = x.poll if type(x) is NumberedCounts else None
+                        if poll is not run_poll:
+                            # a part of the batch another prepare process numbered: its
+                            # numbers are its own, and a run is stepped from one numbering
+                            if run_ids:
+                                self._apply_run(run)
+                                run = _Run()
+                                (add_record, add_key, add_started, add_result, add_id,
+                                 run_ids) = run.joiners()
+                            run_poll = poll
                         add_record(record)
                         add_key(key)
                         add_started(started)

@@ -52,6 +52,8 @@ def test_the_documented_example_config_loads(tmp_path):
          "kafka.max_partition_fetch_bytes must be a positive integer, got 0"),
         ("[pipeline]\nprepare_process = 1\n",
          "pipeline.prepare_process must be true or false, got 1"),
+        ("[pipeline]\nprepare_processes = 0\n",
+         "pipeline.prepare_processes must be a positive integer, got 0"),
         ("[pipeline]\nprocess = true\n", "unknown key pipeline.process"),
         ("[checkpoint\n", "not valid TOML"),
     ],
@@ -87,6 +89,9 @@ def test_the_prepare_process_is_off_by_default_and_the_environment_turns_it_on()
     assert load_settings(text="", environ=env).pipeline.prepare_process is True
     with pytest.raises(ConfigError, match="pipeline.prepare_process must be true or false"):
         load_settings(text="", environ={"STREAMNB_PIPELINE__PREPARE_PROCESS": "off"})
+    assert load_settings(text="", environ={}).pipeline.prepare_processes == 1
+    env = {"STREAMNB_PIPELINE__PREPARE_PROCESSES": "3"}
+    assert load_settings(text="", environ=env).pipeline.prepare_processes == 3
 
 
 @given(

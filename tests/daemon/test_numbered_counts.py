@@ -146,7 +146,7 @@ def mail_and_sms(data_dir) -> list[bytes]:
 
 
 def run_daemon(tmp_path, values, prepare_process: bool, numbering_limit: int = 1 << 18,
-               partitions: int = 1):
+               partitions: int = 1, processes: int = 1):
     kafka = FakeKafka({"in": partitions})
     for i, value in enumerate(values):
         kafka.append("in", value, partition=i % partitions)
@@ -164,7 +164,8 @@ def run_daemon(tmp_path, values, prepare_process: bool, numbering_limit: int = 1
             daemon.preparer.close()
             daemon.preparer = ProcessPreparer(
                 build_pipeline, (config.model.table(), dict(config.features)),
-                config.limits.max_value_bytes, numbering_limit=numbering_limit)
+                config.limits.max_value_bytes, numbering_limit=numbering_limit,
+                processes=processes)
             daemon.pipelined = True
             step_until_caught_up(daemon)
         else:
@@ -175,12 +176,15 @@ def run_daemon(tmp_path, values, prepare_process: bool, numbering_limit: int = 1
     return kafka, daemon, metrics
 
 
-@pytest.mark.parametrize(("numbering_limit", "partitions"), [(1 << 18, 1), (500, 1), (500, 2)])
+@pytest.mark.parametrize(("numbering_limit", "partitions", "processes"),
+                         [(1 << 18, 1, 1), (500, 1, 1), (500, 2, 1), (1 << 18, 1, 2),
+                          (500, 2, 3)])
 def test_the_daemon_with_numbered_counts_changes_nothing_observable(
-        tmp_path, data_dir, monkeypatch, numbering_limit, partitions):
+        tmp_path, data_dir, monkeypatch, numbering_limit, partitions, processes):
     """Mail and SMS through the prepare process (numbers, the numbering starting again every
-    few polls with the small limit, expiries renumbering the rows) and through the daemon's
-    own featurizing: the very same predictions, dead letters, model, stores and offsets."""
+    few polls with the small limit, expiries renumbering the rows; with several processes,
+    each numbering its own part of every poll) and through the daemon's own featurizing: the
+    very same predictions, dead letters, model, stores and offsets."""
     values = mail_and_sms(data_dir)
     ref_kafka, ref, ref_metrics = run_daemon(tmp_path / "ref", values, False,
                                              partitions=partitions)
@@ -195,7 +199,7 @@ def test_the_daemon_with_numbered_counts_changes_nothing_observable(
     monkeypatch.setattr(MultinomialNB, "expire", lambda model, *args, **kwargs: expiries.append(
         model._vocab) or expire(model, *args, **kwargs))
     kafka, daemon, metrics = run_daemon(tmp_path / "numbered", values, True, numbering_limit,
-                                        partitions)
+                                        partitions, processes)
     # most messages were stepped from their numbers, and expiries renumbered the rows
     assert sum(stepped) > len(values) // 2 and any(vocab > 3000 for vocab in expiries)
     predictions = [orjson.loads(r.value) for r in kafka.all("out")]
@@ -214,5 +218,8 @@ def test_the_daemon_with_numbered_counts_changes_nothing_observable(
     assert daemon.offsets == ref.offsets
     assert metrics.names("observe_labelled") == ref_metrics.names("observe_labelled")
     assert metrics.names("feedback_outcome") == ref_metrics.names("feedback_outcome")
+    waits = [seconds for (seconds,) in metrics.names("prepare_waited")]  # one a batch
+    assert len(waits) > 10 and min(waits) >= 0 and sum(waits) > 0
     if numbering_limit == 500:  # the numbering started again: it holds a few polls' tokens
-        assert 0 < len(daemon.preparer.numbering.tokens) < 500 + 40 * 400
+        assert all(0 < len(numbering.tokens) < 500 + 40 * 400
+                   for numbering in daemon.preparer.numberings)

@@ -4,11 +4,13 @@ in-process one gives, and a dead or orphaned child is noticed or ends by itself.
 from __future__ import annotations
 
 import base64
+import itertools
 import os
 import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -84,17 +86,20 @@ def as_dicts(results):
     return [with_token_counts(result) for result in results]
 
 
-def assert_numbers_are_the_counts(from_child, expected, numbering):
+def assert_numbers_are_the_counts(from_child, expected, numbering=None):
     """Every message's token counts came as numbers too: in the daemon's copy of the child's
-    numbering, its tokens and counts in the dict's order."""
+    numbering (``numbering``, or with several children each part's), its tokens and counts
+    in the dict's order."""
     messages = [(got, want) for got, want in zip(from_child, expected, strict=True)
                 if want and want[0] == MESSAGE]
     assert messages and all(type(got[3]) is NumberedCounts for got, _ in messages)
     for got, want in messages:
         poll = got[3].poll
+        if numbering is not None:
+            assert poll.numbering is numbering
         numbers, counts, lengths = poll.arrays([got[3]])
         assert lengths.tolist() == [len(want[3])]
-        assert [numbering.tokens[n] for n in numbers.tolist()] == list(want[3])
+        assert [poll.numbering.tokens[n] for n in numbers.tolist()] == list(want[3])
         assert counts.tolist() == list(want[3].values())
 
 
@@ -116,7 +121,7 @@ def test_the_child_gives_what_the_in_process_preparer_gives_over_sms_and_poison(
         # token counts come back in the order the featurizer gave them (float sums follow it)
         assert [list(r[3].items()) for r in as_dicts(from_child) if r and r[0] == MESSAGE] == (
             [list(r[3].items()) for r in expected if r and r[0] == MESSAGE])
-        assert_numbers_are_the_counts(from_child, expected, child.numbering)
+        assert_numbers_are_the_counts(from_child, expected, *child.numberings)
         for start in range(0, len(values), 500):  # as the daemon submits: one poll at a time
             chunk = values[start:start + 500]
             assert as_dicts(child.results(child.submit(chunk, ids(values)[start:start + 500]))
@@ -135,6 +140,39 @@ def test_the_child_gives_what_the_in_process_preparer_gives_over_sms_and_poison(
         FEEDBACK, "sms-1", "ham")
     assert poison[b'{"text": "no id: the default one is used"}'][1] == (
         f"in:0:{1000 + len(POISON) - 1}")
+
+
+def test_several_children_share_each_batch_in_order(data_dir):
+    """Three children, each given a consecutive part of every batch and numbering its own
+    tokens: the results are the in-process preparer's in the batch's order, for batches of
+    every size (smaller than the number of children too), two in flight at once."""
+    args = default_pipeline_args()
+    values = sms_values(data_dir)[:1500] + POISON
+    here = InProcessPreparer(build_pipeline(*args), MAX_VALUE_BYTES)
+    expected = here.results(here.submit(values, ids(values)))
+    children = ProcessPreparer(build_pipeline, args, MAX_VALUE_BYTES, processes=3)
+    try:
+        assert len(set(children.pids)) == 3 and children.pid == children.pids[0]
+        first = children.submit(values, ids(values))
+        second = children.submit(values[:2], ids(values)[:2])
+        assert as_dicts(children.results(second)) == expected[:2]
+        from_children = children.results(first)
+        assert as_dicts(from_children) == expected
+        assert_numbers_are_the_counts(from_children, expected)
+        polls = {id(r[3].poll) for r in from_children if r and r[0] == MESSAGE}
+        assert len(polls) == 3  # one numbered part per child
+        offsets = [0, 1, 2, 7, 40, 499, 500, 501, 1000, len(values)]
+        for start, stop in itertools.pairwise(offsets):
+            got = children.results(children.submit(values[start:stop], ids(values)[start:stop]))
+            assert as_dicts(got) == expected[start:stop]
+    finally:
+        children.close()
+    assert all(not process.is_alive() for process in (c.process for c in children._children))
+
+
+def test_a_preparer_needs_one_process_at_least():
+    with pytest.raises(ValueError, match="at least one process"):
+        ProcessPreparer(WordPipeline, (), MAX_VALUE_BYTES, processes=0)
 
 
 def spamassassin_values(data_dir: Path) -> list[bytes]:
@@ -166,7 +204,7 @@ def test_mail_from_the_child_is_the_in_process_result_carried_as_its_json(data_d
     assert as_dicts(from_child) == expected
     assert [list(r[3].items()) for r in as_dicts(from_child) if r[0] == MESSAGE] == (
         [list(r[3].items()) for r in expected if r[0] == MESSAGE])
-    assert_numbers_are_the_counts(from_child, expected, child.numbering)
+    assert_numbers_are_the_counts(from_child, expected, *child.numberings)
     assert sum(r[0] == MESSAGE for r in expected) == len(values)
 
 
@@ -226,6 +264,28 @@ def test_a_stuck_child_makes_results_raise_after_the_timeout():
         child.close()
 
 
+def test_the_time_waited_for_the_children_is_counted_from_the_submit_on():
+    """``waited_seconds`` (the daemon's ``streamnb_prepare_wait_seconds_total``) holds the
+    time :meth:`results` blocked until a child's answer began to arrive: a child held for a
+    second costs about a second; the start-up wait and a ready answer cost nothing."""
+    children = ProcessPreparer(WordPipeline, (), MAX_VALUE_BYTES, processes=2)
+    try:
+        assert children.waited_seconds == 0.0
+        values = [b'{"id": "a", "text": "hi"}', b'{"id": "b", "text": "ho"}']
+        ready = children.submit(values, ["in:0:0", "in:0:1"])
+        time.sleep(1.0)  # both answers are in the pipes by now
+        children.results(ready)
+        assert children.waited_seconds < 0.2
+        os.kill(children.pids[1], signal.SIGSTOP)
+        ticket = children.submit(values, ["in:0:0", "in:0:1"])
+        threading.Timer(1.0, os.kill, (children.pids[1], signal.SIGCONT)).start()
+        assert [r[1] for r in children.results(ticket)] == ["a", "b"]
+        assert 0.9 < children.waited_seconds < 3.0
+    finally:
+        os.kill(children.pids[1], signal.SIGCONT)
+        children.close()
+
+
 def test_the_child_ignores_sigterm_and_ends_when_its_pipe_closes():
     child = ProcessPreparer(WordPipeline, (), MAX_VALUE_BYTES)
     pid = child.pid
@@ -238,7 +298,7 @@ def test_the_child_ignores_sigterm_and_ends_when_its_pipe_closes():
     finally:
         child.close()
     assert not running(pid)
-    assert child._process.exitcode == 0
+    assert [c.process.exitcode for c in child._children] == [0]
 
 
 def test_the_child_ends_when_its_parent_is_killed(tmp_path):

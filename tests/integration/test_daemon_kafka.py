@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -55,13 +56,15 @@ def start(tmp_path, kafka_bootstrap, topic_prefix, partitions=1, **config):
     return path
 
 
-def pipeline_table(prepare_process: bool) -> str:
-    return f"[pipeline]\nprepare_process = {str(prepare_process).lower()}\n"
+def pipeline_table(prepare_process: bool, processes: int = 1) -> str:
+    return (f"[pipeline]\nprepare_process = {str(prepare_process).lower()}\n"
+            f"prepare_processes = {processes}\n")
 
 
-@pytest.mark.parametrize("prepare_process", [False, True], ids=["one-process", "prepare-process"])
+@pytest.mark.parametrize(("prepare_process", "processes"), [(False, 1), (True, 1), (True, 2)],
+                         ids=["one-process", "prepare-process", "two-prepare-processes"])
 def test_sms_end_to_end_one_prediction_per_unlabelled_id(
-    tmp_path, kafka_bootstrap, topic_prefix, data_dir, prepare_process
+    tmp_path, kafka_bootstrap, topic_prefix, data_dir, prepare_process, processes
 ):
     rows = sms(data_dir)
     assert len(rows) == 5574
@@ -70,7 +73,7 @@ def test_sms_end_to_end_one_prediction_per_unlabelled_id(
     truth = {msg_id: label for msg_id, label, _ in rows}
     config = start(
         tmp_path, kafka_bootstrap, topic_prefix, partitions=2,
-        extra=pipeline_table(prepare_process),
+        extra=pipeline_table(prepare_process, processes),
     )
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     daemon.wait_assigned()
@@ -86,7 +89,11 @@ def test_sms_end_to_end_one_prediction_per_unlabelled_id(
     code, seconds = daemon.terminate()
     assert code == 0
     started = next(e for e in daemon.events() if e.get("event") == "started")
-    assert ("prepare process pid" in started["message"]) == prepare_process, started
+    named = re.search(r"prepare process(?:es)? pids? ([\d, ]+)\)", started["message"])
+    assert (named is not None) == prepare_process, started
+    if named:
+        pids = named.group(1).split(", ")
+        assert len(pids) == processes and all(map(str.isdigit, pids)), started
 
     predictions = read_all(
         kafka_bootstrap, f"{topic_prefix}-out", until=lambda r: len(r) >= len(unlabelled)

@@ -112,6 +112,14 @@ def test_checkpoint_and_latency_metrics(populated):
     assert m.sample("streamnb_model_state_bytes") == 56789
 
 
+def test_the_time_waited_for_the_prepare_processes_adds_up(populated):
+    m = populated()
+    assert m.sample("streamnb_prepare_wait_seconds_total") == 0.0  # exported before a wait
+    for seconds in (0.25, 0.0, 0.5):
+        m.prepare_waited(seconds)
+    assert m.sample("streamnb_prepare_wait_seconds_total") == pytest.approx(0.75)
+
+
 def test_names_follow_prometheus_conventions(populated):
     families = exposition(populated())
     assert families
