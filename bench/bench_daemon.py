@@ -36,8 +36,8 @@
    ``pipeline.prepare_process = true`` (decoding and featurizing in a child process);
    ``--baseline DIR`` another, the daemon of another checkout (the code before a change, say);
    with both, the baseline runs with the prepare process too, and both print the CPU their
-   daemon's own process spent a message (the child's apart: on a host with cores to spare,
-   the daemon's process is the one that bounds the rate).
+   daemon's own process spent a message (the children's apart). ``--prepare-processes K``
+   gives the contender ``pipeline.prepare_processes = K`` (the baseline keeps its default).
 7. ``--floor``: the CPU per record of each stage any daemon built on these parts must run
    (the bare consumer's own, decode and featurize, the model step, the feedback store,
    kafka-python's producer for the predictions, and the changelog records of the state's
@@ -156,6 +156,8 @@ def _toml_value(value) -> str:
 
 #: A ``[kafka]`` line the daemon's config gets (a contender of ``--kafka-setting``).
 KAFKA_SETTING_ENV = "STREAMNB_BENCH_KAFKA_SETTING"
+#: The prepare contender's ``pipeline.prepare_processes`` (``--prepare-processes``).
+PREPARE_PROCESSES_ENV = "STREAMNB_BENCH_PREPARE_PROCESSES"
 
 
 def setting_lines(line: str) -> str:
@@ -199,17 +201,19 @@ level = "warning"
 
 
 def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = False,
-                after_build=None, probe=None) -> float:
+                after_build=None, probe=None, report: dict | None = None) -> float:
     """Seconds for the daemon loop to process ``n`` records, from the moment its first poll
     returned records (their processing included, as the bare consumer's clock starts when its
     first poll has returned), to the end of the final commit. ``after_build()`` runs once the
     daemon is built, before the clock starts (what ``streamnb run`` does there);
-    ``probe("start")`` and ``probe("end")`` when the clock starts and stops."""
+    ``probe("start")`` and ``probe("end")`` when the clock starts and stops; ``report`` gets
+    ``prepare_wait``, the seconds the daemon waited for its prepare processes."""
     workdir = Path(tempfile.mkdtemp(prefix="streamnb-bench-"))
     try:
         text = settings_text(bootstrap, topic, workdir, f"bench-{uuid.uuid4().hex[:8]}")
         if prepare_process:
-            text += "\n[pipeline]\nprepare_process = true\n"
+            processes = int(os.environ.get(PREPARE_PROCESSES_ENV, "1"))
+            text += f"\n[pipeline]\nprepare_process = true\nprepare_processes = {processes}\n"
         settings = load_settings(text=text, environ={})
         daemon = build_daemon(settings, metrics=Metrics())
         if after_build is not None:
@@ -241,6 +245,8 @@ def daemon_loop(bootstrap: str, topic: str, n: int, prepare_process: bool = Fals
             seconds = time.perf_counter() - started
             if probe is not None:
                 probe("end")
+            if report is not None:
+                report["prepare_wait"] = daemon.preparer.waited_seconds
             return seconds
         finally:
             daemon.close()
@@ -753,26 +759,46 @@ def memory(bootstrap: str, topic: str, n: int) -> None:
 
 
 def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300,
-             repo: Path = REPO, kafka_setting: str = "") -> tuple[float, float]:
+             repo: Path = REPO, kafka_setting: str = "", waits: list | None = None
+             ) -> tuple[float, float]:
     """Run one measurement in a fresh process (isolated memory, and a kafka-python stall
     cannot hang the benchmark); retried once if it stalls. Returns (wall, CPU) seconds; the
-    CPU is the measured process's own (the daemon's producer child is not in it).
+    CPU is the measured process's own (the daemon's producer child is not in it). A daemon
+    with the prepare process also reports the seconds it waited for the prepare processes'
+    results, appended to ``waits`` (a checkout whose daemon does not: nothing).
 
     The bare consumer runs as ``bench.bare_consumer``, a process that imports kafka-python
     only (see that module for why)."""
     module = ["bench.bare_consumer"] if what == "bare" else ["bench.bench_daemon", "--child", what]
+    env = {**os.environ, "PYTHONPATH": str(repo), KAFKA_SETTING_ENV: kafka_setting}
+    if repo != REPO:
+        env.pop(PREPARE_PROCESSES_ENV, None)  # another checkout keeps its default
     for attempt in (1, 2):
         try:
             out = subprocess.run(
                 [sys.executable, "-m", *module, topic, str(n), "--bootstrap", bootstrap],
-                cwd=repo, capture_output=True, text=True, timeout=timeout, check=True,
-                env={**os.environ, "PYTHONPATH": str(repo), KAFKA_SETTING_ENV: kafka_setting},
+                cwd=repo, capture_output=True, text=True, timeout=timeout, check=True, env=env,
             ).stdout
-            wall, cpu = out.strip().splitlines()[-1].split()
+            lines = out.strip().splitlines()
+            wall, cpu = lines[-1].split()
+            if waits is not None:
+                waits.extend(float(line.split()[1]) for line in lines
+                             if line.startswith("prepare_wait "))
             return float(wall), float(cpu)
         except subprocess.TimeoutExpired:
             print(f"  {what} round stalled (attempt {attempt}); retrying", file=sys.stderr)
     raise RuntimeError(f"{what} stalled twice")
+
+
+def print_prepare_waits(waits: list[float], times: list[tuple[float, float]], n: int) -> None:
+    """The time a daemon with the prepare process waited for its results, a message, beside
+    its whole time a message: where they are close, the prepare processes bound its rate."""
+    waited = [w / n * 1e6 for w in waits]
+    walls = [t / n * 1e6 for t, _ in times]
+    print(f"    its wait for the prepare processes' results: median "
+          f"{statistics.median(waited):.0f} us a message of its {statistics.median(walls):.0f}"
+          "  [" + ", ".join(f"{w:.0f}/{t:.0f}" for w, t in zip(waited, walls, strict=True))
+          + "]")
 
 
 #: Records per poll in the in-process measurements (kafka-python's max_poll_records default).
@@ -942,6 +968,9 @@ def main(argv: list[str] | None = None) -> int:
                         "prepare process")
     parser.add_argument("--breakdown", action="store_true",
                         help="also print where the daemon loop's time goes on each stream")
+    parser.add_argument("--prepare-processes", type=int, default=1, metavar="K",
+                        help="with --prepare-process: its contender's "
+                             "pipeline.prepare_processes (default 1)")
     parser.add_argument("--prepare-process", action="store_true",
                         help="also time the daemon with pipeline.prepare_process = true in the "
                              "throughput rounds")
@@ -974,6 +1003,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in filter(None, (args.streams + "," + args.latency_streams).split(",")):
         if name not in STREAMS:
             parser.error(f"no stream {name!r}: the streams are {', '.join(STREAMS)}")
+    if args.prepare_processes < 1:
+        parser.error("--prepare-processes must be at least 1")
+    if not args.child:
+        os.environ[PREPARE_PROCESSES_ENV] = str(args.prepare_processes)  # its children read it
     LABELLED = args.labelled  # once the command line is accepted
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid> prints where it is
     if args.child:
@@ -998,8 +1031,11 @@ def main(argv: list[str] | None = None) -> int:
                                 free_prepare=what == "skeleton-free-prepare"),
                   time.process_time() - cpu_started)
             return 0
+        report: dict = {}
         wall = daemon_loop(args.bootstrap, topic, int(n), prepare_process=what == "prepare",
-                           after_build=started_up)
+                           after_build=started_up, report=report)
+        if what == "prepare":
+            print("prepare_wait", report["prepare_wait"])
         print(wall, time.process_time() - cpu_started)
         return 0
 
@@ -1019,6 +1055,8 @@ def main(argv: list[str] | None = None) -> int:
         topics[name] = (topic, len(values))
         bare, loop, prepared, baseline, skeleton, skeleton_free = [], [], [], [], [], []
         baseline_prepared: list = []
+        prepare_waits: list[float] = []  # the contender's, a round each
+        baseline_prepare_waits: list[float] = []  # (a baseline that reports them)
         tuned: dict[str, list] = {line: [] for line in args.kafka_setting}
 
         def time_settings(tuned: dict[str, list], topic: str, n: int) -> None:
@@ -1045,12 +1083,15 @@ def main(argv: list[str] | None = None) -> int:
                                               len(values)))
             if args.prepare_process and args.baseline and others_first:
                 baseline_prepared.append(in_child("prepare", args.bootstrap, topic,
-                                                  len(values), repo=args.baseline))
+                                                  len(values), repo=args.baseline,
+                                                  waits=baseline_prepare_waits))
             if args.prepare_process:
-                prepared.append(in_child("prepare", args.bootstrap, topic, len(values)))
+                prepared.append(in_child("prepare", args.bootstrap, topic, len(values),
+                                         waits=prepare_waits))
             if args.prepare_process and args.baseline and not others_first:
                 baseline_prepared.append(in_child("prepare", args.bootstrap, topic,
-                                                  len(values), repo=args.baseline))
+                                                  len(values), repo=args.baseline,
+                                                  waits=baseline_prepare_waits))
             if args.baseline and not others_first:
                 baseline.append(in_child("daemon", args.bootstrap, topic, len(values),
                                          repo=args.baseline))
@@ -1095,14 +1136,19 @@ def main(argv: list[str] | None = None) -> int:
                   + "]")
         if prepared:
             p = statistics.median(w for w, _ in prepared)
-            print(f"  with pipeline.prepare_process = true: daemon {n / p:,.0f} msg/s, "
+            processes = ("" if args.prepare_processes == 1
+                         else f", prepare_processes = {args.prepare_processes}")
+            print(f"  with pipeline.prepare_process = true{processes}: daemon {n / p:,.0f} msg/s, "
                   f"ratio {b / p:.3f}  [rounds: "
                   + ", ".join(f"{n / t:,.0f}" for t, _ in prepared) + "]")
+            print_prepare_waits(prepare_waits, prepared, n)
         if baseline_prepared:
             p = statistics.median(w for w, _ in baseline_prepared)
             print(f"  baseline with the prepare process: {n / p:,.0f} msg/s, ratio {b / p:.3f}"
                   "  [rounds: " + ", ".join(f"{n / t:,.0f}" for t, _ in baseline_prepared)
                   + "]")
+            if baseline_prepare_waits:
+                print_prepare_waits(baseline_prepare_waits, baseline_prepared, n)
             for who, times in (("the daemon's", prepared), ("the baseline's", baseline_prepared)):
                 cpu = [c / n * 1e6 for _, c in times]
                 print(f"  {who} own process with the prepare process, CPU a message (start-up "
