@@ -64,8 +64,8 @@ class KafkaSettings:
     # docs/daemon.md "Assignment, revocation, failover" for what each costs in a rebalance.
     assignment_strategy: str = "range"
     max_poll_records: int = 500
-    # The most one fetch takes from an input partition (docs/daemon.md, "The loop's own
-    # overhead on mail"): 4 MiB lets a poll of mail reach max_poll_records.
+    # The most one fetch takes from an input partition (docs/performance.md, "The loop's
+    # own overhead on mail"): 4 MiB lets a poll of mail reach max_poll_records.
     max_partition_fetch_bytes: int = 4 * 1024 * 1024
     poll_timeout_ms: int = 200
     stall_seconds: float = 60.0

@@ -786,7 +786,7 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
 #: (its token Counter, the batch's lists, the feedback entry), most freed when its batch is
 #: done; at 700 the collector walked each batch's live mails dozens of times: 54-56 young
 #: collections and 5 older ones, 12-14 us a SpamAssassin mail, against 1 collection and
-#: 1.5 us at 20,000 (docs/daemon.md, "The loop's own overhead on mail"). Garbage in cycles
+#: 1.5 us at 20,000 (docs/performance.md, "The loop's own overhead on mail"). Garbage in cycles
 #: (rare: the daemon's records hold none) waits a little longer to be freed.
 YOUNG_COLLECTION_THRESHOLD = 20_000
 
