@@ -16,6 +16,14 @@ run. A commit of N new messages thus writes about N / ``RUN_ENTRIES`` records in
 The run of every entry is part of the store's state, read back from the records, so a store
 restored from its changelog groups the next messages exactly as the live one.
 
+Inputs are kept as the JSON the changelog carries: their own JSON when it is short, and from
+``COMPRESS_FROM`` bytes of it on (a mail's token counts, 7 KB on average on SpamAssassin) that
+JSON compressed with Zstandard (level 1) and base64-encoded, as a JSON *string*
+(:func:`encode_x`, :func:`decode_x`). A model input is a mapping or a list, never a string, so
+each stored input says which it is. Compressed, a mail's input takes 2.9 KB instead of 7.2:
+the store holds two and a half times as many mails in ``max_bytes``, and a commit sends that
+much less changelog, which was the largest share of a mail's commit.
+
 The store is bounded by a number of ids and a number of bytes; the oldest messages (by arrival)
 are forgotten first. Feedback for a forgotten (or never seen) id cannot be learned: the daemon
 dead-letters it with reason ``unknown_id``.
@@ -36,14 +44,74 @@ dead-letters it with reason ``unknown_id``.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import KeysView
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import pybase64
+import zstandard
 
-__all__ = ["Entry", "FeedbackStore", "decide", "entry_cost", "entry_costs"]
+__all__ = ["COMPRESS_FROM", "Entry", "FeedbackStore", "decide", "decode_x", "encode_x",
+           "entry_cost", "entry_costs"]
+
+#: Inputs whose JSON is at least this many bytes are stored compressed. Below it Zstandard's
+#: frame and base64 outweigh what it saves (an SMS's 200-400 bytes of JSON shrink by a few
+#: dozen, for 3-5 us of CPU).
+COMPRESS_FROM = 1024
+_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+
+class _Codecs(threading.local):
+    """A Zstandard compressor and decompressor per thread: one may not serve two threads at
+    once, and making one a call costs half as much again as the compressing (30 us a mail
+    against 20). Level 1: on SpamAssassin's inputs it makes 7.2 KB 2.2 KB in 22 us, where
+    level 3 takes 28 us for 2.1 KB and zlib's fastest 63 us for 2.2 KB (LZ4: 11 us, 3.2 KB)."""
+
+    def __init__(self) -> None:
+        self.compress = zstandard.ZstdCompressor(level=1).compress
+        self.decompress = zstandard.ZstdDecompressor().decompress
+
+
+_codecs = _Codecs()
+
+
+def encode_x(x: Any) -> bytes:
+    """The form a model input is stored and committed in: its JSON, or from
+    ``COMPRESS_FROM`` bytes on that JSON compressed, base64-encoded, as a JSON string; in a
+    bytes object of its own size. Raises ``TypeError`` if ``x`` is not JSON-encodable.
+
+    A string ``x`` is an input already stored compressed, as a changelog record's JSON gives
+    it back: it is kept as it is, so ``encode_x(orjson.loads(encode_x(x))) == encode_x(x)``.
+
+    orjson's output keeps the buffer it grew (4x at a time: about 130 KB for a mail's 7 KB of
+    JSON), so an uncompressed input is copied at once: the buffer is freed before the next
+    input is encoded, which reuses it. Copied later (by the store), a batch of 500 mails held
+    65 MB of such buffers, memory the allocator handed back to the system and faulted in
+    again every batch (two page faults a mail)."""
+    try:
+        data = orjson.dumps(x, option=_OPTIONS)
+    except orjson.JSONEncodeError as error:
+        raise TypeError(f"model input cannot be stored: {error}") from None
+    if len(data) < COMPRESS_FROM or type(x) is str:
+        return memoryview(data).tobytes()
+    return b'"%b"' % pybase64.b64encode(_codecs.compress(data))
+
+
+def decode_x(x_json: bytes) -> Any:
+    """The model input stored as ``x_json`` (:func:`encode_x`'s form, or the plain JSON of
+    a changelog written before inputs were compressed). Raises ``ValueError`` on bytes that
+    are neither."""
+    if x_json[:1] != b'"':
+        return orjson.loads(x_json)
+    try:
+        data = _codecs.decompress(pybase64.b64decode(x_json[1:-1], validate=True))
+    except zstandard.ZstdError as error:
+        raise ValueError(f"stored model input cannot be decompressed: {error}") from None
+    return orjson.loads(data)
+
 
 # Dict and bookkeeping overhead per entry, so max_bytes bounds real memory, not just payloads.
 ENTRY_OVERHEAD = 200
@@ -98,7 +166,7 @@ class Entry:
     @property
     def x(self) -> Any:
         """The model input as it was learned (token counts, or a numeric vector)."""
-        return orjson.loads(self.x_json)
+        return decode_x(self.x_json)
 
 
 def decide(entry: Entry | None, label: str) -> str:
@@ -152,20 +220,8 @@ class FeedbackStore:
     def get(self, msg_id: str) -> Entry | None:
         return self._entries.get(msg_id)
 
-    @staticmethod
-    def encode_x(x: Any) -> bytes:
-        """The compact form an input is kept in, in a bytes object of its own size (what the
-        store keeps: see :meth:`remember`); raises ``TypeError`` if not JSON-encodable.
-
-        orjson's output keeps the buffer it grew (4x at a time: about 130 KB for a mail's
-        7 KB of JSON), so it is copied at once: the buffer is freed before the next input is
-        encoded, which reuses it. Copied later (by the store), a batch of 500 mails held
-        65 MB of such buffers, memory the allocator handed back to the system and faulted in
-        again every batch (two page faults a mail)."""
-        try:
-            return memoryview(orjson.dumps(x, option=orjson.OPT_SERIALIZE_NUMPY)).tobytes()
-        except orjson.JSONEncodeError as error:
-            raise TypeError(f"model input cannot be stored: {error}") from None
+    #: :func:`encode_x`, where the daemon finds it with the store.
+    encode_x = staticmethod(encode_x)
 
     def remember(self, msg_id: str, slice_key: str, x: Any, label: str | None,
                  clock: int | None = None) -> int:

@@ -28,11 +28,13 @@ numbers each token the first time it sees it and sends, per batch, the new token
 every message's numbers and counts as arrays. In the daemon such a message's model input is a
 :class:`NumberedCounts`: the model step of a run of them reads the numbers straight into its
 batch (``TokenNumbers`` in :mod:`streamnb.models._prequential`, which keeps each number's
-model row), and every other use makes the dict from ``x_json`` (:func:`token_counts`), which
-gives back an equal dict in the same order. A mail's dict rebuilt (``orjson.loads``) and read
-again by the step cost the daemon's main thread 56 µs on SpamAssassin, its numbers 17.5
-(``bench.prepare_floor``). Pickled instead, a ``Counter`` is rebuilt through Python's
-``Counter.update``: it cost more than featurizing the mail in the daemon's own process.
+model row), and every other use makes the dict from ``x_json`` (:func:`token_counts`, through
+:func:`~streamnb.daemon.feedback.decode_x`), which gives back an equal dict in the same order.
+A mail's dict rebuilt from its JSON (``orjson.loads``) and read again by the step cost the
+daemon's main thread 56 µs on SpamAssassin, its numbers 17.5 (``bench.prepare_floor``, before
+stored inputs were compressed: decompressing a mail's adds 8 µs to the first). Pickled
+instead, a ``Counter`` is rebuilt through Python's ``Counter.update``: it cost more than
+featurizing the mail in the daemon's own process.
 
 >>> from tests.daemon.fakes import WordPipeline
 >>> preparer = InProcessPreparer(WordPipeline(), max_value_bytes=100)
@@ -55,10 +57,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import orjson
 
 from streamnb.codec import DecodeError, Feedback, decode
-from streamnb.daemon.feedback import FeedbackStore
+from streamnb.daemon.feedback import FeedbackStore, decode_x
 from streamnb.models._prequential import NumberingTable, TokenNumbers, native
 
 __all__ = [
@@ -130,7 +131,7 @@ _TOKEN_COUNTS = (dict, Counter)
 
 def _with_token_counts(results: list[Result]) -> list[Result]:
     """The inverse of :func:`_without_token_counts`."""
-    return [(MESSAGE, r[1], r[2], orjson.loads(r[4]), r[4], r[5])
+    return [(MESSAGE, r[1], r[2], decode_x(r[4]), r[4], r[5])
             if r and r[0] == MESSAGE and r[3] is None else r for r in results]
 
 
@@ -227,7 +228,7 @@ def with_numbered_counts(numbering: TokenNumbers, results: list[Result],
 def token_counts(x: Any, x_json: bytes) -> Any:
     """The model input ``x`` of a ``MESSAGE`` result, its dict made from ``x_json`` if the
     child numbered it."""
-    return orjson.loads(x_json) if type(x) is NumberedCounts else x
+    return decode_x(x_json) if type(x) is NumberedCounts else x
 
 
 def with_token_counts(result: Result) -> Result:

@@ -19,11 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from streamnb.codec import Feedback, encode
 from streamnb.daemon.changelog import run_key
-from streamnb.daemon.feedback import FeedbackStore, decide, entry_cost
+from streamnb.daemon.feedback import FeedbackStore, decide, decode_x, entry_cost
 from streamnb.daemon.outputs import fit_dead_letter
 from streamnb.daemon.partitions import slice_key, tp_of
 from streamnb.daemon.prepare import (
@@ -134,11 +132,11 @@ class _LazyDicts:
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return [orjson.loads(x_json) for x_json in self.x_jsons[index]]
-        return orjson.loads(self.x_jsons[index])
+            return [decode_x(x_json) for x_json in self.x_jsons[index]]
+        return decode_x(self.x_jsons[index])
 
     def __iter__(self):
-        return map(orjson.loads, self.x_jsons)
+        return map(decode_x, self.x_jsons)
 
 
 def _labeller(model: Any) -> Callable[[dict[str, float]], str | None]:

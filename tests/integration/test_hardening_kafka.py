@@ -173,7 +173,8 @@ def test_a_message_whose_state_would_not_fit_its_changelog_is_dead_lettered(
     config = write_config(tmp_path, kafka_bootstrap, topic_prefix)
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     daemon.wait_assigned()
-    words = " ".join(f"word{i}" for i in range(400))  # about 5 KB of model input
+    # about 21 KB of model input that compresses to no less than 8 KB (hex digits: 4 bits each)
+    words = " ".join(hashlib.sha256(b"%d" % i).hexdigest()[:16] for i in range(1000))
     produce(kafka_bootstrap, f"{topic_prefix}-in", [
         (b"a", value("a", "win a prize now", "spam")),
         (b"b", value("b", "see you at lunch", "ham")),
