@@ -5,14 +5,15 @@
 
 With ``pipeline.prepare_process = true`` the daemon's own process no longer featurizes, but
 with the counts as dicts it would still pay for every message's token counts twice:
-rebuilding them (``orjson.loads`` of the ``x_json`` the child sends) and the model step's
+rebuilding them (``decode_x`` of the ``x_json`` the child sends) and the model step's
 reading of them (``_InternedBatch.read``: each token's row through the model's token table).
 Both make or read one ``str`` per token, and on mail they were most of what the daemon's main
 thread did besides the changelog. This benchmark measures, on a stream featurized as the
 daemon does, a poll (500 records) at a time, the daemon's CPU per message for each way the
 counts could cross the pipe:
 
-* ``json``: the dicts as JSON, ``orjson.loads`` of ``x_json``, then the step's read of them;
+* ``json``: the dicts as the feedback store keeps them (``x_json``: their JSON, compressed from
+  1 KiB of it on), ``decode_x`` of each, then the step's read of them;
 * ``pickle`` and ``marshal``: the dicts in those formats instead of JSON, then the read;
 * ``numbers, dicts``: the child numbers each token the first time it sees it and sends the
   numbers (and each new token once); the daemon keeps the same list of tokens and rebuilds
@@ -44,12 +45,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_daemon import _featurized_stream  # noqa: E402
-from streamnb.daemon.feedback import FeedbackStore  # noqa: E402
+from streamnb.daemon.feedback import decode_x, encode_x  # noqa: E402
 from streamnb.daemon.prepare import MESSAGE, TokenNumbering  # noqa: E402
 from streamnb.models import _prequential as prequential  # noqa: E402
 from streamnb.models import make_model  # noqa: E402
@@ -85,7 +85,7 @@ def round_of(polls: list, forms: list[str]) -> dict[str, float]:
             ys = poll["ys"]
             started = time.process_time()
             if form == "json":
-                xs = list(map(orjson.loads, poll["json"]))
+                xs = list(map(decode_x, poll["json"]))
                 _c_read(model, xs, ys)
             elif form == "pickle":
                 xs = list(map(pickle.loads, poll["pickle"]))
@@ -132,7 +132,7 @@ def prepare_polls(stream: list) -> tuple[list, float]:
         numbering_cpu += time.process_time() - started
         polls.append({
             "xs": xs, "ys": ys,
-            "json": [FeedbackStore.encode_x(x) for x in xs],
+            "json": [encode_x(x) for x in xs],
             "pickle": [pickle.dumps(x, pickle.HIGHEST_PROTOCOL) for x in xs],
             "marshal": [marshal.dumps(x) for x in xs],
             "new": new, "numbers": numbers, "counts": counts, "lengths": lengths,
