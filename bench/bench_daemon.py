@@ -12,7 +12,9 @@
    check record CRCs with the same implementation, printed first),
    measured alternately in the same run, each round in a fresh process, timed from the
    moment the first poll returned records to the last record (the daemon's processing of
-   that first batch and its final commit included); medians and the ratio are printed.
+   that first batch and its final commit included); medians and the ratio are printed,
+   and, where the broker runs on this machine (``scripts/kafka.sh``'s, or ``--broker-pid``),
+   the broker's CPU a record while each of the two ran.
 2. Latency at a steady 1,000 msg/s: the SMS and the SpamAssassin records
    (``--latency-streams``) are produced at that rate to a running daemon (a
    ``python -m streamnb run`` subprocess); latency = prediction record timestamp - input
@@ -42,7 +44,8 @@
    (the bare consumer's own, decode and featurize, the model step, the feedback store,
    kafka-python's producer for the predictions, and the changelog records of the state's
    commits, made and produced), each timed on its own, and the best ratio two cores could
-   give with that work spread perfectly over them.
+   give with that work spread perfectly over them; then that ratio with the broker's CPU
+   while the daemon ran added (it shares the cores), where the broker's CPU was read.
 
 Streams: 80% of messages labelled, 20% unlabelled (so predictions are produced; ``--labelled``
 sets the share, e.g. 0.5 for half of them labelled), in corpus order; SMS as ``text``,
@@ -67,6 +70,7 @@ import tarfile
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -450,7 +454,7 @@ def _cpu_per_record(step, items, rounds: int = 3) -> float:
 
 
 def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
-          bare_cpu: float, daemon_rate: float) -> None:
+          bare_cpu: float, daemon_rate: float, broker_us: float | None = None) -> None:
     """The CPU a record costs in the stages any daemon built on these parts must run, each
     measured on its own, and the best throughput ratio two cores could then give.
 
@@ -612,6 +616,10 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
     print(f"  {'sum':44s} {total:6.1f} us")
     print(f"  best ratio two cores allow (2 x {ceiling_us:.1f} / {total:.1f}): "
           f"{2 * ceiling_us / total:.3f}; ratio 0.5 needs the sum <= {4 * ceiling_us:.1f} us")
+    if broker_us is not None:
+        print(f"  with the broker's CPU while the daemon ran ({broker_us:.1f} us a record, on "
+              f"the same cores): best ratio (2 x {ceiling_us:.1f} / {total + broker_us:.1f}) "
+              f"{2 * ceiling_us / (total + broker_us):.3f}")
 
 
 # ---------------------------------------------------------------------- subprocess daemon
@@ -756,6 +764,66 @@ def memory(bootstrap: str, topic: str, n: int) -> None:
         if daemon.proc.poll() is None:
             daemon.proc.kill()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def broker_pid(bootstrap: str, given: int | None = None) -> int | None:
+    """The pid of the broker the benchmark reads from: ``given`` (``--broker-pid``), else the
+    one ``scripts/kafka.sh`` started for the bootstrap's port (its pid file), if it runs on
+    this machine; None if neither is found (its CPU is then not reported)."""
+    if given is None:
+        port = bootstrap.rsplit(":", 1)[-1]
+        home = Path(os.environ.get("STREAMNB_KAFKA_HOME") or Path(
+            os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streamnb" / "kafka")
+        run = Path(os.environ.get("STREAMNB_KAFKA_RUN") or home / f"run-{port}")
+        try:
+            given = int((run / "kafka.pid").read_text())
+        except (OSError, ValueError):
+            return None
+    return given if process_cpu_seconds(given) is not None else None
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User and system CPU seconds process ``pid`` has run, all its threads; None if it is
+    gone (Linux's ``/proc/<pid>/stat``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BrokerCPU:
+    """The broker's CPU while each contender of a round runs, per record: what the daemon
+    costs the broker (its fetches, the predictions', changelog's and offsets' writes, the
+    transactions), next to what the bare consumer does. The broker shares the machine's
+    cores with the daemon, so the floor counts it too."""
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.per_record: dict[str, list[float]] = {}
+
+    def timed(self, what: str, n: int, run: Callable[[], tuple[float, float]]
+              ) -> tuple[float, float]:
+        before = process_cpu_seconds(self.pid) if self.pid else None
+        result = run()
+        after = process_cpu_seconds(self.pid) if before is not None else None
+        if after is not None:
+            self.per_record.setdefault(what, []).append((after - before) / n * 1e6)
+        return result
+
+    def median(self, what: str) -> float | None:
+        rounds = self.per_record.get(what)
+        return statistics.median(rounds) if rounds else None
+
+    def line(self, whats: dict[str, str]) -> str | None:
+        figures = [(label, self.per_record[what]) for what, label in whats.items()
+                   if what in self.per_record]
+        if not figures:
+            return None
+        return (f"  the broker's CPU a record (pid {self.pid}, the contender's whole run): "
+                + "; ".join(f"while {label} ran {statistics.median(rounds):.1f} us  ["
+                            + ", ".join(f"{r:.1f}" for r in rounds) + "]"
+                            for label, rounds in figures))
 
 
 def in_child(what: str, bootstrap: str, topic: str, n: int, timeout: float = 300,
@@ -994,6 +1062,10 @@ def main(argv: list[str] | None = None) -> int:
                              "another table (e.g. '[checkpoint] every_messages = 1000'); "
                              "repeatable, one contender each, timed before the daemon every "
                              "other round and compared with it round by round")
+    parser.add_argument("--broker-pid", type=int, default=None,
+                        help="the broker's pid, to report its CPU while each contender runs "
+                             "(default: the one scripts/kafka.sh started for the bootstrap's "
+                             "port, if any)")
     parser.add_argument("--floor", action="store_true",
                         help="also print the CPU per record of the stages every daemon on these "
                              "parts must run, and the best ratio two cores allow")
@@ -1063,8 +1135,10 @@ def main(argv: list[str] | None = None) -> int:
             for line, times in tuned.items():
                 times.append(in_child("daemon", args.bootstrap, topic, n, kafka_setting=line))
 
+        broker = BrokerCPU(broker_pid(args.bootstrap, args.broker_pid))
         for round_ in range(args.rounds):
-            bare.append(in_child("bare", args.bootstrap, topic, len(values)))
+            bare.append(broker.timed("bare", len(values), functools.partial(
+                in_child, "bare", args.bootstrap, topic, len(values))))
             # the baseline and the settings' daemons before the daemon every other round:
             # the machine's drift over a round (a neighbour's job starting, the broker's
             # caches) falls on both alike
@@ -1074,7 +1148,8 @@ def main(argv: list[str] | None = None) -> int:
                                          repo=args.baseline))
             if others_first:
                 time_settings(tuned, topic, len(values))
-            loop.append(in_child("daemon", args.bootstrap, topic, len(values)))
+            loop.append(broker.timed("daemon", len(values), functools.partial(
+                in_child, "daemon", args.bootstrap, topic, len(values))))
             if not others_first:
                 time_settings(tuned, topic, len(values))
             if args.skeleton:
@@ -1108,6 +1183,9 @@ def main(argv: list[str] | None = None) -> int:
               f"bare consumer {n / b:,.0f} msg/s, daemon {n / d:,.0f} msg/s, "
               f"ratio {b / d:.3f}  [daemon rounds: "
               + ", ".join(f"{n / t:,.0f}" for t, _ in loop) + "]")
+        broker_line = broker.line({"bare": "the bare consumer", "daemon": "the daemon"})
+        if broker_line:
+            print(broker_line)
         if baseline:
             o = statistics.median(w for w, _ in baseline)
             print(f"  baseline daemon ({args.baseline}): {n / o:,.0f} msg/s, ratio {b / o:.3f}"
@@ -1176,7 +1254,8 @@ def main(argv: list[str] | None = None) -> int:
                 ).stdout.rstrip())
         if args.floor:
             floor(args.bootstrap, topic, values, max(args.rounds, 3), b / n * 1e6,
-                  statistics.median(c for _, c in bare) / n * 1e6, n / d)
+                  statistics.median(c for _, c in bare) / n * 1e6, n / d,
+                  broker.median("daemon"))
     if args.model_step:
         model_step(max(args.rounds, 3))
     if args.fake_loop:

@@ -3,6 +3,9 @@ and its streams are the ones it names."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 import bench.bench_daemon as bench
@@ -103,3 +106,30 @@ def test_other_contenders_run_before_the_daemon_every_other_round(monkeypatch, c
                     "bare", "daemon", "linger", "baseline"]
     printed = capsys.readouterr().out
     assert "its time over the daemon's, round by round: median" in printed
+
+
+def test_the_brokers_cpu_is_read_from_the_pid_file_kafka_sh_writes(tmp_path, monkeypatch):
+    monkeypatch.setenv("STREAMNB_KAFKA_RUN", str(tmp_path))
+    assert bench.broker_pid("127.0.0.1:19092") is None  # no pid file: not reported
+    (tmp_path / "kafka.pid").write_text(f"{os.getpid()}\n")
+    assert bench.broker_pid("127.0.0.1:19092") == os.getpid()
+    (tmp_path / "kafka.pid").write_text("999999999\n")  # a broker that is gone
+    assert bench.broker_pid("127.0.0.1:19092") is None
+    assert bench.broker_pid("127.0.0.1:19092", given=os.getpid()) == os.getpid()
+
+
+def test_the_brokers_cpu_is_counted_per_record_around_each_contender():
+    def busy():
+        started = time.process_time()
+        while time.process_time() - started < 0.2:
+            pass
+        return 1.0, 0.2
+
+    watched = bench.BrokerCPU(os.getpid())  # this process stands in for the broker
+    assert watched.timed("daemon", 1000, busy) == (1.0, 0.2)
+    assert watched.timed("daemon", 1000, lambda: (1.0, 0.0)) == (1.0, 0.0)
+    busy_round, idle_round = watched.per_record["daemon"]
+    assert 150 <= busy_round <= 400 and idle_round < 50  # us a record: 0.2 s over 1,000
+    assert "while the daemon ran" in watched.line({"daemon": "the daemon", "bare": "x"})
+    assert bench.BrokerCPU(None).timed("daemon", 10, busy) == (1.0, 0.2)
+    assert bench.BrokerCPU(None).line({"daemon": "the daemon"}) is None
