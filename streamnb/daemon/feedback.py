@@ -80,8 +80,9 @@ _codecs = _Codecs()
 
 def encode_x(x: Any) -> bytes:
     """The form a model input is stored and committed in: its JSON, or from
-    ``COMPRESS_FROM`` bytes on that JSON compressed, base64-encoded, as a JSON string; in a
-    bytes object of its own size. Raises ``TypeError`` if ``x`` is not JSON-encodable.
+    ``COMPRESS_FROM`` bytes on that JSON compressed, base64-encoded, as a JSON string, where
+    that is shorter (it is never longer than the JSON); in a bytes object of its own size.
+    Raises ``TypeError`` if ``x`` is not JSON-encodable.
 
     A string ``x`` is an input already stored compressed, as a changelog record's JSON gives
     it back: it is kept as it is, so ``encode_x(orjson.loads(encode_x(x))) == encode_x(x)``.
@@ -95,9 +96,11 @@ def encode_x(x: Any) -> bytes:
         data = orjson.dumps(x, option=_OPTIONS)
     except orjson.JSONEncodeError as error:
         raise TypeError(f"model input cannot be stored: {error}") from None
-    if len(data) < COMPRESS_FROM or type(x) is str:
-        return memoryview(data).tobytes()
-    return b'"%b"' % pybase64.b64encode(_codecs.compress(data))
+    if len(data) >= COMPRESS_FROM and type(x) is not str:
+        compressed = b'"%b"' % pybase64.b64encode(_codecs.compress(data))
+        if len(compressed) < len(data):  # not so for tokens as random as base64's output
+            return compressed
+    return memoryview(data).tobytes()
 
 
 def decode_x(x_json: bytes) -> Any:
