@@ -65,11 +65,12 @@ The feedback store's entries travel in runs of consecutive arrivals
 (:mod:`streamnb.daemon.feedback`), a record each, keyed by the run's first arrival number; a
 tombstone when the run's last entry is gone. An entry's model input is in the form the store
 keeps it (:func:`~streamnb.daemon.feedback.encode_x`): its JSON, or that JSON compressed,
-as a JSON string; a reader keeps either as it reads it. A changelog written before runs holds a record per
-entry, keyed by its id: they are read as before, and when such an entry changes its record is
-rewritten (or, when it left the store or moved into a run, tombstoned) ahead of the runs. A
-commit sends the store's records before the model's (:func:`changed_records`): a reader keeps
-the two apart, so their order between them changes nothing it holds.
+as a JSON string; a reader keeps either as it reads it. A changelog written before runs
+holds a record per entry, keyed by its id: they are read as before, and when such an entry
+changes its record is rewritten (or, when it left the store or moved into a run,
+tombstoned) ahead of the runs. A commit sends the store's records before the model's
+(:func:`changed_records`): a reader keeps the two apart, so their order between them
+changes nothing it holds.
 
 The ``slice`` record lets a daemon refuse a changelog written by a model of another kind, or
 one that counts differently (hashing buckets, repeated words), instead of adding up counts
