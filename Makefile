@@ -13,7 +13,7 @@ setup: $(STAMP)
 
 # setup.py and the C source too: an edit of the extension is rebuilt by the next `make setup`
 $(STAMP): pyproject.toml setup.py streamnb/features/_tokens.c streamnb/features/_html_entities.h \
-		streamnb/models/_step.c
+		streamnb/models/_step.c streamnb/daemon/_records.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,eval]'

@@ -3,7 +3,9 @@
 ``streamnb.features._tokens`` finds and counts words in C (docs/features.md, "Speed").
 ``streamnb.models._step`` is MultinomialNB's prequential batch step in C (docs/models.md,
 "The batch step"); without it the numpy step runs, with the same results.
-``pip install -e .`` (``make setup``) builds both; without a compiler the build fails, and
+``streamnb.daemon._records`` reads the records of a fetched Kafka batch in C
+(``streamnb.daemon.records``); without it kafka-python's reader does.
+``pip install -e .`` (``make setup``) builds them; without a compiler the build fails, and
 ``STREAMNB_PURE_PYTHON=1`` runs the pure-Python tokenizer and the numpy step instead.
 """
 
@@ -16,6 +18,11 @@ setup(
             sources=["streamnb/features/_tokens.c"],
             depends=["streamnb/features/_html_entities.h"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+        ),
+        Extension(
+            "streamnb.daemon._records",
+            sources=["streamnb/daemon/_records.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra"],
         ),
         Extension(
             "streamnb.models._step",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The featurizer's and the model step's C code under AddressSanitizer and UBSan:
+# The featurizer's, the model step's and the record reader's C code under AddressSanitizer and UBSan:
 #   scripts/test-sanitizers.sh [pytest arguments]     (default: tests/features)
-# builds both extensions with -fsanitize=address,undefined into a copy of the checkout's
+# builds the extensions with -fsanitize=address,undefined into a copy of the checkout's
 # tracked files (the checkout's own build is left alone), and runs pytest there with the
 # .venv of `make setup`, both sanitizer runtimes preloaded (Python itself is not built with
 # them). Any sanitizer report stops the run with a non-zero exit. About twice as slow as the
@@ -27,6 +27,7 @@ gcc "${flags[@]}" -Wno-missing-field-initializers streamnb/features/_tokens.c \
     -o "streamnb/features/_tokens$suffix"
 # no fused multiply-add, as setup.py builds it: the step's spreads are the short path's to the bit
 gcc "${flags[@]}" -ffp-contract=off streamnb/models/_step.c -o "streamnb/models/_step$suffix"
+gcc "${flags[@]}" streamnb/daemon/_records.c -o "streamnb/daemon/_records$suffix"
 
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
 # CPython's allocator keeps memory to the end: leaks would be reported for every run

@@ -59,6 +59,7 @@ from kafka.record.util import encode_varint
 from kafka.structs import MemberState, OffsetAndMetadata
 
 from streamnb.config import KafkaSettings
+from streamnb.daemon import records
 from streamnb.daemon.errors import ChangelogTopicError, FencedError
 
 try:  # where kafka-python 3 keeps it; only the start-up lookup of the group coordinator uses it
@@ -771,6 +772,7 @@ class KafkaIO:
         _quiet_pending_offset_fetches()
         for reason in read_sockets_in_larger_chunks():
             log.debug("socket reads of kafka-python's size (4 KiB): %s", reason)
+        records.install()  # fetched batches' records read in C (streamnb.daemon.records)
         self.producer = KafkaProducer(
             **transactional_producer_config(settings, transactional_id, self.topic_limits))
         try:
