@@ -34,6 +34,6 @@ export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=lib
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # the copy's streamnb, not the editable install's: the copy's directory comes first on the path
-"$py" -c 'import streamnb.features.native as n, sys; sys.exit(n._tokens is None or not n._tokens.__file__.startswith(sys.argv[1]))' "$work" \
-    || { echo "test-sanitizers.sh: the sanitized extension is not the one imported" >&2; exit 1; }
+"$py" -c 'import streamnb.features.native as n, streamnb.daemon.records as r, sys; sys.exit(any(m is None or not m.__file__.startswith(sys.argv[1]) for m in (n._tokens, sys.modules.get("streamnb.daemon._records"))))' "$work" \
+    || { echo "test-sanitizers.sh: the sanitized extensions are not the ones imported" >&2; exit 1; }
 "$py" -m pytest -q -p no:cacheprovider "${@:-tests/features}"
