@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from kafka.errors import CorruptRecordError
@@ -40,7 +41,7 @@ try:
 except ImportError:  # no compiler, or STREAMNB_PURE_PYTHON: kafka-python's reader
     read_records = None
 
-__all__ = ["install", "installed", "unusable"]
+__all__ = ["install", "installed", "read_by_kafka_python", "uninstall", "unusable"]
 
 log = logging.getLogger("streamnb.kafka")
 
@@ -55,12 +56,23 @@ def unusable() -> str | None:
     try:
         sample = _sample_batch()
         ours = [_fields(r) for r in _iter_read_in_c(DefaultRecordBatch(sample))]
-        theirs = [_fields(r) for r in _STOCK_ITER(DefaultRecordBatch(sample))]
+        theirs = [_fields(r) for r in read_by_kafka_python(DefaultRecordBatch(sample))]
     except Exception as error:  # noqa: BLE001 - any change of kafka-python's internals
         return f"kafka-python's record batches are not the ones read here ({error!r})"
     if ours != theirs:
         return "kafka-python's records differ from the C reader's on a sample batch"
     return None
+
+
+def read_by_kafka_python(batch: DefaultRecordBatch) -> Iterator[Any]:
+    """The records of ``batch`` as kafka-python's own reader gives them, one ``__next__``
+    each, whether or not the C reader is installed (``for r in batch`` would take it)."""
+    _STOCK_ITER(batch)
+    while True:
+        try:
+            yield DefaultRecordBatch.__next__(batch)
+        except StopIteration:
+            return
 
 
 def _sample_batch() -> bytes:

@@ -50,7 +50,7 @@ def read(data: bytes, reader) -> list[tuple]:
 
 
 def stock(batch):
-    return records._STOCK_ITER(batch)
+    return records.read_by_kafka_python(batch)
 
 
 def in_c(batch):
@@ -92,6 +92,13 @@ def test_a_damaged_batch_fails_as_kafka_pythons_reader_fails(rows, data):
             read(damaged, in_c)
     else:
         assert read(damaged, in_c) == theirs
+
+
+def test_kafka_pythons_reader_is_compared_even_with_the_c_reader_installed(monkeypatch):
+    monkeypatch.setattr(DefaultRecordBatch, "__iter__", records._iter_read_in_c)
+    monkeypatch.setattr(records, "read_records", lambda buffer, pos, count: 1 / 0)
+    data = build([(b"k", b"v", [], 0)])
+    assert [r.value for r in records.read_by_kafka_python(DefaultRecordBatch(data))] == [b"v"]
 
 
 def test_control_batches_and_batches_begun_are_left_to_kafka_python():
