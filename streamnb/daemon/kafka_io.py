@@ -1,4 +1,5 @@
-"""Everything that talks to Kafka: the only module that imports ``kafka`` (kafka-python).
+"""Everything that talks to Kafka: with :mod:`streamnb.daemon.records` (kafka-python's
+record batches read in C), the only module that imports ``kafka`` (kafka-python).
 
 The daemon sees partitions as ``(topic, partition)`` tuples and records as :class:`Record`, so
 the loop can be tested against an in-memory fake with the same surface as :class:`KafkaIO`
