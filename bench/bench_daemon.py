@@ -938,12 +938,6 @@ def model_step(rounds: int, streams: tuple[str, ...] = ("sms", "spamassassin")) 
                   + ", ".join(f"{t:.1f}" for t in times["one at a time"]) + "]")
 
 
-def _process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) used so far by the live process ``pid``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def fake_loop(rounds: int) -> None:
     """CPU and wall µs per SMS record of the daemon loop (``Daemon.step``: poll, decode,
     featurize, predict, learn, emit) over the in-memory Kafka of the test suite, polls of 500,
@@ -976,7 +970,7 @@ def fake_loop(rounds: int) -> None:
                 if not runs:
                     daemon._batches = lambda key: False
                 child = getattr(daemon.preparer, "pid", None)
-                child_cpu = _process_cpu(child) if child else 0.0
+                child_cpu = process_cpu_seconds(child) if child else 0.0
                 cpu, wall = time.process_time(), time.perf_counter()
                 done = 0
                 while True:
@@ -984,7 +978,7 @@ def fake_loop(rounds: int) -> None:
                     if daemon.io.caught_up() and not daemon.in_flight:
                         break
                 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-                child_cpu = _process_cpu(child) - child_cpu if child else 0.0
+                child_cpu = process_cpu_seconds(child) - child_cpu if child else 0.0
                 assert done == n, (done, n)
                 daemon.checkpoint("end")
             finally:
