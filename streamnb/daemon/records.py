@@ -133,12 +133,10 @@ def _iter_read_in_c(batch: DefaultRecordBatch) -> Any:
     batch._pos = end
     batch._next_record_index = batch._num_records
     base_offset, timestamp_type = batch.base_offset, batch.timestamp_type
-    if timestamp_type == batch.LOG_APPEND_TIME:
-        appended = batch.max_timestamp
-        return iter([DefaultRecord(length, base_offset + offset_delta, appended,
-                                   timestamp_type, key, value, headers)
-                     for length, _, offset_delta, key, value, headers in rows])
+    # a log-append-time batch's records all carry the broker's time, its max_timestamp
+    appended = batch.max_timestamp if timestamp_type == batch.LOG_APPEND_TIME else None
     first = batch.first_timestamp
-    return iter([DefaultRecord(length, base_offset + offset_delta, first + ts_delta,
+    return iter([DefaultRecord(length, base_offset + offset_delta,
+                               first + ts_delta if appended is None else appended,
                                timestamp_type, key, value, headers)
                  for length, ts_delta, offset_delta, key, value, headers in rows])
