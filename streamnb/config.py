@@ -21,6 +21,7 @@ streamnb.config.ConfigError: config: checkpoint.every_messages must be a positiv
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -32,6 +33,7 @@ __all__ = [
     "CheckpointSettings",
     "ConfigError",
     "FeedbackSettings",
+    "HttpSettings",
     "KafkaSettings",
     "LimitsSettings",
     "LoggingSettings",
@@ -182,6 +184,48 @@ class PipelineSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpSettings:
+    """The front door: checks and learns in rspamd's protocol (docs/http.md)."""
+
+    # Loopback by default: any other address needs TLS, or allow_plaintext = true.
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: no HTTP front door (11333 is rspamd's own port)
+    # Learning is privileged: the Password header of /learnspam, /learnham and /learnclass.
+    # Never in the config file: from STREAMNB_HTTP__PASSWORD or http.password_file.
+    password: str = field(default="", repr=False)
+    password_file: Path | None = None
+    tls_certfile: Path | None = None
+    tls_keyfile: Path | None = None
+    allow_plaintext: bool = False
+    # Bounds: a request's body (413 past it), its header lines, its time from the first byte
+    # to the reply (rspamd's own scanners time out after 8 s), requests in flight (503 past
+    # it, never a queue), and how long an idle keep-alive connection stays open.
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_headers: int = 100
+    request_timeout_seconds: float = 8.0
+    max_in_flight: int = 64
+    keepalive_seconds: float = 30.0
+    # Score and action (docs/http.md, "Score and action"): score = add_header_score +
+    # score_per_log_odds * margin, the margin being the model's log-odds of the spam class
+    # against the runner-up past the decision line. "add header" exactly where the daemon
+    # labels spam; greylist and reject only where configured (inf: never).
+    spam_class: str = "spam"
+    add_header_score: float = 6.0
+    score_per_log_odds: float = 1.0
+    greylist_score: float = math.inf
+    reject_score: float = math.inf
+    # The header the milter block adds to every checked mail (and removes from the mail
+    # first, so a sender cannot forge it); empty: none.
+    verdict_header: str = "X-Streamnb"
+    # Tokens of the exact explanation listed in the Bayes symbol's options (0: none).
+    explain: int = 0
+    # The input topic learns go to; empty: the first of kafka.input_topics.
+    learn_topic: str = ""
+    # How long a learn waits for Kafka's acknowledgement (acks=all) before answering 503.
+    learn_timeout_seconds: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     model: ModelSettings = field(default_factory=ModelSettings)
@@ -193,6 +237,7 @@ class Settings:
     logging: LoggingSettings = field(default_factory=LoggingSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
+    http: HttpSettings = field(default_factory=HttpSettings)
 
 
 # ---------------------------------------------------------------- value checks
@@ -313,6 +358,27 @@ def _secret(key: str, value: Any) -> str:
     return value
 
 
+def _finite_float(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        _fail(key, "a finite number", value)
+    return float(value)
+
+
+def _threshold(key: str, value: Any) -> float:
+    """A score threshold: a finite number, or inf for never."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) \
+            or value == -math.inf:
+        _fail(key, "a number (inf: never)", value)
+    return float(value)
+
+
+def _header_name(key: str, value: Any) -> str:
+    """An HTTP/mail header name (RFC 5322 field name characters), or empty for none."""
+    if not isinstance(value, str) or any(not 33 <= ord(c) <= 126 or c == ":" for c in value):
+        _fail(key, "a header name (printable ASCII without ':') or empty", value)
+    return value
+
+
 def _table(key: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         _fail(key, "a table", value)
@@ -391,6 +457,32 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
     "limits": (LimitsSettings, {"max_value_bytes": _positive_int}),
     "pipeline": (PipelineSettings, {"prepare_process": _bool,
                                      "prepare_processes": _positive_int}),
+    "http": (
+        HttpSettings,
+        {
+            "host": _nonempty_str,
+            "port": _port,
+            "password": _secret,
+            "password_file": _path,
+            "tls_certfile": _path,
+            "tls_keyfile": _path,
+            "allow_plaintext": _bool,
+            "max_body_bytes": _positive_int,
+            "max_headers": _positive_int,
+            "request_timeout_seconds": _positive_float,
+            "max_in_flight": _positive_int,
+            "keepalive_seconds": _positive_float,
+            "spam_class": _nonempty_str,
+            "add_header_score": _finite_float,
+            "score_per_log_odds": _positive_float,
+            "greylist_score": _threshold,
+            "reject_score": _threshold,
+            "verdict_header": _header_name,
+            "explain": _count,
+            "learn_topic": _str,
+            "learn_timeout_seconds": _positive_float,
+        },
+    ),
 }
 # Tables passed through to a component that validates them itself (the featurizer).
 FREE_TABLES = ("features",)
@@ -444,6 +536,11 @@ def load_settings(
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"config: not valid TOML: {error}") from None
+    if "password" in (doc.get("http") or {}):
+        raise ConfigError(
+            "config: http.password does not belong in the config file: set "
+            "STREAMNB_HTTP__PASSWORD or http.password_file"
+        )
     if "sasl_password" in (doc.get("kafka") or {}):
         raise ConfigError(
             "config: kafka.sasl_password does not belong in the config file: set "
@@ -472,7 +569,8 @@ def load_settings(
     settings = Settings(**sections)
     _check_preset(settings.model)
     _check_class_offsets(settings.model)
-    settings = Settings(**{**_as_dict(settings), "kafka": _resolve_security(settings.kafka, base)})
+    settings = Settings(**{**_as_dict(settings), "kafka": _resolve_security(settings.kafka, base),
+                           "http": _resolve_http(settings.http, base)})
     if settings.model.max_tokens and settings.model.kind not in TEXT_KINDS:
         raise ConfigError(f"config: model.max_tokens applies to the text models (multinomial, "
                           f"bernoulli), not {settings.model.kind!r}: remove it or set it to 0")
@@ -485,6 +583,10 @@ def load_settings(
         raise ConfigError("config: model.options.half_life and model.half_life_messages both "
                           "set: keep model.half_life_messages")
     kafka = settings.kafka
+    if settings.http.learn_topic and settings.http.learn_topic not in kafka.input_topics:
+        raise ConfigError(f"config: http.learn_topic {settings.http.learn_topic!r} must be one "
+                          f"of kafka.input_topics {list(kafka.input_topics)}: learns go to an "
+                          "input the group reads")
     topics = {kafka.output_topic, kafka.dead_letter_topic}
     clash = topics.intersection(kafka.input_topics)
     if clash or kafka.output_topic == kafka.dead_letter_topic:
@@ -580,6 +682,51 @@ def _resolve_security(kafka: KafkaSettings, base: Path) -> KafkaSettings:
     if kafka.ssl_keyfile and not kafka.ssl_certfile:
         raise ConfigError("config: kafka.ssl_keyfile needs kafka.ssl_certfile (the client's)")
     return replace(kafka, **changes) if changes else kafka
+
+
+#: Hosts the front door may serve on without TLS.
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+
+
+def _resolve_http(http: HttpSettings, base: Path) -> HttpSettings:
+    """``http`` with its files resolved against ``base``, the password read from
+    ``password_file`` and the listener's exposure checked: anything but loopback needs TLS
+    (or an explicit ``allow_plaintext``, for a network of its own such as a container's)."""
+    changes: dict[str, Any] = {}
+    for key in ("password_file", "tls_certfile", "tls_keyfile"):
+        path = getattr(http, key)
+        if path is None:
+            continue
+        path = path if path.is_absolute() else base / path
+        if not path.is_file():
+            raise ConfigError(f"config: http.{key}: no readable file at {path}")
+        changes[key] = path
+    if "password_file" in changes:
+        if http.password:
+            raise ConfigError("config: http.password_file and STREAMNB_HTTP__PASSWORD are both "
+                              "set: keep one")
+        try:
+            password = changes["password_file"].read_text(encoding="utf-8").rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"config: http.password_file: cannot read: {error}") from None
+        if not password:
+            raise ConfigError("config: http.password_file: the file is empty")
+        changes["password"] = password
+    if bool(http.tls_certfile) != bool(http.tls_keyfile):
+        raise ConfigError("config: http.tls_certfile and http.tls_keyfile go together: set both")
+    if (http.port and http.host not in LOOPBACK_HOSTS and not http.tls_certfile
+            and not http.allow_plaintext):
+        raise ConfigError(
+            f"config: http.host {http.host!r} is not loopback: set http.tls_certfile and "
+            "http.tls_keyfile, or http.allow_plaintext = true on a network of its own")
+    if math.isfinite(http.greylist_score) and http.greylist_score > http.add_header_score:
+        raise ConfigError(f"config: http.greylist_score ({http.greylist_score}) must not be "
+                          f"above http.add_header_score ({http.add_header_score}): greylisting "
+                          "is the milder action")
+    if http.reject_score < http.add_header_score:
+        raise ConfigError(f"config: http.reject_score ({http.reject_score}) must not be below "
+                          f"http.add_header_score ({http.add_header_score})")
+    return replace(http, **changes) if changes else http
 
 
 def _as_dict(settings: Settings) -> dict[str, Any]:

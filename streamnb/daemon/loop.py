@@ -182,6 +182,8 @@ class Daemon(RecordProcessor, Committer):
         self.pipelined = self.preparer.concurrent if pipelined is None else pipelined
         self._in_flight: _InFlight | None = None
         self.poll_guard: contextlib.AbstractContextManager = contextlib.nullcontext()
+        # The front door serving checks with the live model (streamnb.serve), if any.
+        self.front_door: Any = None
 
         self.io = io_factory(self.on_assigned, self.on_revoked)
         self._changelog_input = {
@@ -627,8 +629,10 @@ class Daemon(RecordProcessor, Committer):
         return seeked
 
     def close(self) -> None:
-        """Close the Kafka side, then end the preparer."""
+        """Stop serving checks, close the Kafka side, then end the preparer."""
         try:
+            if self.front_door is not None:
+                self.front_door.stop()
             self.io.close()
         finally:
             self.preparer.close()
@@ -740,6 +744,7 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
         )
         metrics.set_build_info(__version__, kind)
         startup.serve_metrics(metrics, settings.metrics)
+    listener = startup.bind_http(settings.http)
     if io_factory is None:
         from streamnb.daemon.changelog import changelog_topic
         from streamnb.daemon.kafka_io import KafkaIO, ensure_changelogs
@@ -766,7 +771,7 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
             processes=settings.pipeline.prepare_processes,
         )
     try:
-        return Daemon(
+        daemon = Daemon(
             settings,
             pipeline,
             new_model=lambda: make_model(kind, **options),
@@ -778,7 +783,16 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
     except BaseException:
         if preparer is not None:
             preparer.close()
+        if listener is not None:
+            listener.close()
         raise
+    if listener is not None:
+        try:
+            daemon.front_door = startup.serve_checks(daemon, settings, listener, metrics)
+        except BaseException:
+            daemon.close()
+            raise
+    return daemon
 
 
 #: The cyclic collector's youngest generation is collected after this many more container

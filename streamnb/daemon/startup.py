@@ -24,7 +24,8 @@ from typing import Any
 
 from streamnb.config import MetricsSettings, Settings
 
-__all__ = ["StartupError", "check_kafka", "serve_metrics", "topic_limits"]
+__all__ = ["StartupError", "bind_http", "check_kafka", "serve_checks", "serve_metrics",
+           "topic_limits"]
 
 
 class StartupError(RuntimeError):
@@ -42,6 +43,41 @@ def serve_metrics(metrics: Any, settings: MetricsSettings) -> None:
             f"metrics.port: cannot serve /metrics on {settings.host}:{settings.port}: "
             f"{error.strerror or error} (metrics.host, metrics.port; 0 disables)"
         ) from None
+
+
+def bind_http(settings: Any) -> Any:
+    """The front door's listening socket (``http.port`` 0: None); a bind failure names the
+    settings. Bound before anything else so a port in use fails in seconds."""
+    if not settings.port:
+        return None
+    from streamnb.serve.server import BindError, bind
+
+    try:
+        return bind(settings)
+    except BindError as error:
+        raise StartupError(str(error)) from None
+
+
+def serve_checks(daemon: Any, settings: Settings, listener: Any, metrics: Any) -> Any:
+    """Serve checks (and, with a password, learns) in front of ``daemon`` on ``listener``."""
+    from prometheus_client import CollectorRegistry
+
+    from streamnb.serve import serve_daemon
+    from streamnb.serve.server import BindError
+
+    learner = None
+    if settings.http.password:
+        from streamnb.serve.learning import KafkaLearner
+
+        topic = settings.http.learn_topic or settings.kafka.input_topics[0]
+        learner = KafkaLearner(settings.kafka, topic, settings.limits.max_value_bytes)
+    registry = getattr(metrics, "registry", None) or CollectorRegistry()
+    try:
+        return serve_daemon(daemon, settings, listener, registry, learner)
+    except BindError as error:
+        if learner is not None:
+            learner.close()
+        raise StartupError(str(error)) from None
 
 
 class _KafkaLogCapture(logging.Handler):
