@@ -1,4 +1,4 @@
-"""The ``streamnb`` command: ``streamnb run``, ``evaluate``, ``crossval``, ``explain``.
+"""The ``streamnb`` command: ``streamnb run``, ``serve``, ``evaluate``, ``crossval``, ``explain``.
 
 Each sub-command lives in its own module, which provides ``add_arguments(parser)`` and
 ``main(args) -> int``; this file only routes to them, so importing the CLI stays cheap.
@@ -15,6 +15,8 @@ from streamnb import __version__
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("streamnb.daemon", "run the classifier daemon against Kafka"),
+    "serve": ("streamnb.serve.standby", "serve checks and learns over HTTP (rspamd's protocol) "
+              "with the group's global model, read from its changelogs"),
     "evaluate": ("streamnb.evaluation.evaluate", "replay a labelled corpus prequentially"),
     "crossval": ("streamnb.evaluation.crossval", "k-fold cross-validation on a corpus"),
     "explain": ("streamnb.explain", "why a saved model marks a message: the tokens that "

@@ -58,7 +58,7 @@ def tp_of(key: str) -> TP:
 class Slice:
     key: str
     model: Any
-    store: FeedbackStore
+    store: FeedbackStore | None  # None: a standby's slice, which never learns from feedback
     owned: bool = False
     #: Whether this daemon has written the slice's identity record since it took it over.
     identified: bool = False
@@ -67,7 +67,8 @@ class Slice:
 class Partitions:
     """The slices by key (``"topic:partition"``) and ``live``, their sum."""
 
-    def __init__(self, new_model: Callable[[], Any], new_store: Callable[[str], FeedbackStore],
+    def __init__(self, new_model: Callable[[], Any],
+                 new_store: Callable[[str], FeedbackStore | None],
                  new_live: Callable[[], Any] | None = None):
         self.new_model = new_model
         self.new_store = new_store
@@ -82,7 +83,8 @@ class Partitions:
         if part is None:
             part = self.slices[key] = Slice(key, self.new_model(), self.new_store(key))
             part.model.mark_changes()
-            part.store.mark_changes()
+            if part.store is not None:
+                part.store.mark_changes()
             self._resum()
         return part
 
@@ -188,7 +190,8 @@ class Partitions:
 
         count = apply_records(part.model, part.store, key, records, f"changelog of {key}",
                               on_stat=follow_live)
-        part.store.order_by_arrival()
+        if part.store is not None:
+            part.store.order_by_arrival()
         if whole[0] and follow:
             self._resum()
         return count

@@ -32,12 +32,18 @@ class BindError(OSError):
     """The listener could not be bound; the message is one line naming the settings."""
 
 
-def bind(settings: HttpSettings) -> socket.socket:
-    """A listening socket on ``http.host:http.port``; raises :class:`BindError`."""
+def bind(settings: HttpSettings, reuse_port: bool = True) -> socket.socket:
+    """A listening socket on ``http.host:http.port``; raises :class:`BindError`.
+
+    With ``reuse_port`` (``SO_REUSEPORT``) scorers (``streamnb serve``) and a daemon may share
+    the port on one host, the kernel spreading connections over them; a socket bound without
+    it (another program) still makes the port unavailable."""
     try:
         family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
         listener = socket.socket(family, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port and hasattr(socket, "SO_REUSEPORT"):
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         listener.bind((settings.host, settings.port))
         listener.listen(BACKLOG)
         listener.setblocking(False)

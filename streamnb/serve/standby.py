@@ -1,0 +1,286 @@
+"""``streamnb serve``: a scorer that holds the group's global model without partitions.
+
+A daemon of the group learns into the slices of its partitions and commits their changes to
+the compacted changelogs; every daemon reads the others' slices from there. A *standby* does
+only the reading: it restores every slice from the changelogs (``read_committed``), keeps
+following them, and answers checks with the sum of the slices, the model every daemon
+predicts with (each commit reaches it about one commit interval later, as it reaches the other
+daemons). It joins no consumer group, so starting or stopping scorers never moves a partition:
+checks scale apart from learning. Learns are written to the input topic as the daemon's front
+door writes them, and the group learns them.
+
+Several scorers may listen on one port of one host (``SO_REUSEPORT``; the kernel spreads
+connections over them), beside a daemon that serves the same port.
+
+The steps, in order:
+
+1. bind ``http.host:http.port`` and ``metrics.port`` (a port in use: exit 2, one line);
+2. read every changelog partition of the group's input topics to its committed end;
+3. serve checks, and follow the changelogs on the main thread until SIGTERM or SIGINT;
+4. on a stop, stop accepting, answer what is in flight (up to a second), close.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from streamnb.config import ConfigError, Settings, load_settings
+from streamnb.logs import configure_logging
+
+__all__ = ["Standby", "add_arguments", "main"]
+
+log = logging.getLogger("streamnb.serve")
+
+#: How long a follow poll waits for changelog records.
+FOLLOW_POLL_MS = 100
+
+
+class Standby:
+    """Every slice of the group, read from the changelogs and followed; ``live`` their sum.
+
+    ``consumer`` reads the changelog partitions (a kafka-python ``KafkaConsumer`` without a
+    group, ``read_committed``); ``changelogs`` maps each input topic to its changelog topic.
+    """
+
+    def __init__(self, settings: Settings, consumer: Any, changelogs: dict[str, str]):
+        from streamnb.daemon.partitions import Partitions
+        from streamnb.models import make_model
+        from streamnb.models.presets import resolve
+
+        kind, options = resolve(settings.model.table())
+        max_tokens = settings.model.max_tokens
+
+        def new_model() -> Any:
+            return make_model(kind, **options)
+
+        def new_slice() -> Any:  # as the daemon's: stamped when its owner expires tokens
+            model = new_model()
+            if max_tokens:
+                model.track_last_seen()
+            return model
+
+        self.settings = settings
+        self.consumer = consumer
+        self.input_of = {changelog: topic for topic, changelog in changelogs.items()}
+        self.parts = Partitions(new_slice, lambda key: None, new_live=new_model)
+        self.lock = threading.Lock()
+        self.caught_up_at = time.monotonic()
+
+    @property
+    def live(self) -> Any:
+        return self.parts.live
+
+    def restore(self, timeout: float) -> int:
+        """Read every changelog partition to its committed end; returns the records read.
+        Only ``timeout`` seconds without any record is an error."""
+        from kafka import TopicPartition
+
+        from streamnb.daemon.changelog import ChangelogError
+
+        tps = []
+        for changelog in self.input_of:
+            partitions = self.consumer.partitions_for_topic(changelog)
+            if not partitions:
+                raise ChangelogError(f"changelog topic {changelog} does not exist: start the "
+                                     "group's daemons first (they create it)")
+            tps.extend(TopicPartition(changelog, p) for p in sorted(partitions))
+        self.consumer.assign(tps)
+        self.consumer.seek_to_beginning(*tps)
+        ends = self.consumer.end_offsets(tps)
+        with self.lock:
+            for tp in tps:
+                self.parts.slice(self._key(tp.topic, tp.partition))
+        applied, deadline = 0, time.monotonic() + timeout
+        while any(self.consumer.position(tp) < ends[tp] for tp in tps):
+            got = self._apply(self.consumer.poll(timeout_ms=200), follow=False)
+            if got:
+                applied += got
+                deadline = time.monotonic() + timeout
+            elif time.monotonic() > deadline:
+                raise ChangelogError(f"the changelogs gave no record for {timeout:.0f} s "
+                                     "before their end")
+        with self.lock:
+            self.parts.resum()
+        self.caught_up_at = time.monotonic()
+        return applied
+
+    def follow(self, timeout_ms: int = FOLLOW_POLL_MS) -> int:
+        """Apply what the changelogs have gained; returns the records applied."""
+        applied = self._apply(self.consumer.poll(timeout_ms=timeout_ms), follow=True)
+        if not self.lag():
+            self.caught_up_at = time.monotonic()
+        return applied
+
+    def lag(self) -> int:
+        """Records between the positions and the ends of the changelog partitions, as of the
+        last fetch."""
+        lag = 0
+        for tp in self.consumer.assignment():
+            high = self.consumer.highwater(tp)
+            if high is not None:
+                lag += max(0, high - self.consumer.position(tp))
+        return lag
+
+    def _key(self, changelog: str, partition: int) -> str:
+        from streamnb.daemon.partitions import slice_key
+
+        return slice_key((self.input_of[changelog], partition))
+
+    def _apply(self, fetched: dict, follow: bool) -> int:
+        from streamnb.daemon.changelog import ChangelogError
+
+        applied = 0
+        for tp, records in fetched.items():
+            if not records:
+                continue
+            key = self._key(tp.topic, tp.partition)
+            with self.lock:
+                try:
+                    applied += self.parts.apply_remote(
+                        key, [(r.key, r.value) for r in records], follow)
+                except ChangelogError as error:
+                    raise ChangelogError(f"changelog {tp.topic}:{tp.partition} offsets "
+                                         f"{records[0].offset}-{records[-1].offset}: "
+                                         f"{error}") from None
+        return applied
+
+    def stats(self) -> dict:
+        with self.lock:
+            live = self.live
+            return {"learned": live.n_updates, "classes": list(live.classes),
+                    "vocabulary": getattr(live, "vocabulary_size", None),
+                    "model_partitions": len(self.parts.slices),
+                    "staleness_seconds": round(time.monotonic() - self.caught_up_at, 3)}
+
+
+# ---------------------------------------------------------------------- the command
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", default="config.toml", help="settings file (default: config.toml); "
+        "[http] port must be set (or STREAMNB_HTTP__PORT)")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as error:
+        print(f"streamnb: {error}", file=sys.stderr)
+        return 2
+    if not settings.http.port:
+        print("streamnb: http.port: 0 serves nothing: set [http] port or STREAMNB_HTTP__PORT",
+              file=sys.stderr)
+        return 2
+    configure_logging(settings.logging.level, settings.logging.format)
+    stopping = threading.Event()
+    try:
+        server, standby = _start(settings, stopping)
+    except _StartError as error:
+        print(f"streamnb: {error}", file=sys.stderr)
+        return 2
+    try:
+        while not stopping.is_set():
+            standby.follow()
+    except Exception:
+        log.exception("stopping on an unexpected error", extra={"event": "failed"})
+        return 1
+    finally:
+        server.stop()
+        standby.consumer.close(autocommit=False)
+    log.info("stopped", extra={"event": "stopped"})
+    return 0
+
+
+class _StartError(RuntimeError):
+    """Something ``streamnb serve`` checks at start failed; one line naming the setting."""
+
+
+def _start(settings: Settings, stopping: threading.Event) -> tuple[Any, Standby]:
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    from streamnb import __version__
+    from streamnb.daemon import startup
+    from streamnb.daemon.changelog import ChangelogError, changelog_topic
+    from streamnb.daemon.kafka_io import client_config
+    from streamnb.pipeline import build_pipeline
+    from streamnb.serve import policy_of
+    from streamnb.serve.app import FrontDoor
+    from streamnb.serve.metrics import HttpMetrics
+    from streamnb.serve.scoring import Scorer
+    from streamnb.serve.server import BindError, HttpServer, bind
+
+    try:
+        listener = bind(settings.http, reuse_port=True)
+    except BindError as error:
+        raise _StartError(str(error)) from None
+    registry = CollectorRegistry()
+    if settings.metrics.port:
+        try:
+            start_http_server(settings.metrics.port, addr=settings.metrics.host,
+                              registry=registry)
+        except OSError as error:
+            raise _StartError(f"metrics.port: cannot serve /metrics on {settings.metrics.host}:"
+                              f"{settings.metrics.port}: {error.strerror or error} "
+                              "(metrics.host, metrics.port; 0 disables)") from None
+    kafka = settings.kafka
+    try:
+        startup.check_kafka(settings)  # the broker answers, the login and the inputs are good
+    except startup.StartupError as error:
+        raise _StartError(str(error)) from None
+    consumer = KafkaConsumer(
+        **client_config(kafka), client_id=f"{kafka.client_id}-standby", group_id=None,
+        enable_auto_commit=False, isolation_level="read_committed", max_poll_records=5000,
+        fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=16 * 1024 * 1024)
+    changelogs = {topic: changelog_topic(kafka.group_id, topic) for topic in kafka.input_topics}
+    standby = Standby(settings, consumer, changelogs)
+    started = time.perf_counter()
+    try:
+        records = standby.restore(kafka.stall_seconds)
+    except (ChangelogError, KafkaError) as error:
+        consumer.close(autocommit=False)
+        raise _StartError(f"cannot read the state: {error}") from None
+    log.info("read the state of %d partition(s) from the changelog: %d record(s) in %.2f s, "
+             "%d update(s) in the global model", len(standby.parts.slices), records,
+             time.perf_counter() - started, standby.live.n_updates,
+             extra={"event": "state_restored", "records": records})
+
+    learner = None
+    if settings.http.password:
+        from streamnb.serve.learning import KafkaLearner
+
+        learner = KafkaLearner(kafka, settings.http.learn_topic or kafka.input_topics[0],
+                               settings.limits.max_value_bytes)
+    pipeline = build_pipeline(settings.model.table(), settings.features)
+    scorer = Scorer(pipeline, lambda: standby.live, standby.lock, explain=settings.http.explain)
+    front = FrontDoor(settings.http, scorer, policy_of(settings, standby.live),
+                      HttpMetrics(registry), learner=learner, stats=standby.stats,
+                      labels=frozenset(settings.model.labels))
+    staleness = Gauge("streamnb_global_model_staleness_seconds", "Seconds since this scorer "
+                      "last saw every changelog read to its end.", registry=registry)
+    staleness.set_function(lambda: time.monotonic() - standby.caught_up_at)
+    Gauge("streamnb_build_info", "Version and model of the running scorer (always 1).",
+          ["version", "model"], registry=registry).labels(__version__,
+                                                          settings.model.kind).set(1)
+
+    def close() -> None:
+        front.close()
+        if learner is not None:
+            learner.close()
+
+    server = HttpServer(front.application(), listener, settings.http, on_close=close)
+    try:
+        server.start()
+    except BindError as error:
+        raise _StartError(str(error)) from None
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    return server, standby
