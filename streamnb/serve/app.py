@@ -188,20 +188,22 @@ class FrontDoor:
 
     # ---------------------------------------------------------------- learns
     async def learn(self, request: web.Request) -> web.Response:
-        label = LEARN_PATHS[request.path] or request.headers.get("Class", "").strip()
+        path_label = LEARN_PATHS[request.path]
+        label = path_label or request.headers.get("Class", "").strip()
         given = request.headers.get("Password", "").encode("utf-8", "surrogateescape")
         if not self._password or not hmac.compare_digest(given, self._password):
             self.metrics.auth_failed()
-            self.metrics.learned(label or "none", "refused")
+            # Counted under the path's class: a Class header is not trusted before the password.
+            self.metrics.learned(path_label or "_learnclass", "refused")
             why = ("learning over HTTP is off: no password is configured "
                    "(STREAMNB_HTTP__PASSWORD or http.password_file)" if not self._password
                    else "wrong or missing Password header")
             return _error(403, why)
         if not label:
-            self.metrics.learned("none", "bad_request")
+            self.metrics.learned("_none", "bad_request")
             return _error(400, "/learnclass needs a Class header naming the class")
         if self.labels and label not in self.labels:
-            self.metrics.learned("other", "bad_request")
+            self.metrics.learned("_other", "bad_request")
             return _error(400, f"class {label!r:.80} is not one of model.labels "
                                f"{sorted(self.labels)}")
         if self.learner is None:

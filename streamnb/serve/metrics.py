@@ -1,7 +1,7 @@
 """The front door's Prometheus metrics, served on the daemon's ``/metrics`` with the others.
 
 Every label has a bounded set of values: the endpoints and actions are fixed lists, a learn's
-class is one of the model's (bounded by ``max_classes``, the rest counted as ``other``).
+class is one of the model's (bounded by ``max_classes``, the rest counted as ``_other``).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class HttpMetrics:
         with self._lock:
             if label not in self._classes:
                 if len(self._classes) >= self.max_classes:
-                    label = "other"
+                    label = "_other"
                 else:
                     self._classes.add(label)
         self._learns.labels(label, outcome).inc()

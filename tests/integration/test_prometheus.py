@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -144,11 +145,17 @@ def test_every_dashboard_query_returns_data_from_a_running_daemon(
     monkeypatch.setenv("STREAMNB_METRICS__WINDOW", "100")
     # A loaded CI machine can stall the client for seconds; a rebalance would only slow the test.
     monkeypatch.setenv("STREAMNB_KAFKA__SESSION_TIMEOUT_MS", "30000")
+    # The front door too: its panels need checks and learns (a learn refused among them).
+    http_port = free_port()
+    monkeypatch.setenv("STREAMNB_HTTP__PORT", str(http_port))
+    monkeypatch.setenv("STREAMNB_HTTP__PASSWORD", "pw")
     config = write_config(tmp_path, kafka_bootstrap, topic_prefix, every_seconds=0.5)
     daemon = DaemonProcess(config, tmp_path / "daemon.log")
     prometheus = None
+    checks = _ChecksInTheBackground(http_port, [text for _, _, text in rows[:50]])
     try:
         daemon.wait_assigned()
+        checks.start()
         prometheus = PrometheusServer(prometheus_binary, tmp_path, f"127.0.0.1:{metrics_port}")
         # A scrape before the stream, so that rate() sees the stream's increase.
         wait_for(lambda: prometheus.query('up{job="streamnb"} == 1'), 30,
@@ -216,7 +223,44 @@ def test_every_dashboard_query_returns_data_from_a_running_daemon(
                   if '"event"' in line][-15:]
         raise AssertionError(f"{error}\n\ndaemon events:\n" + "\n".join(events)) from None
     finally:
+        checks.stop()
         if prometheus is not None:
             prometheus.stop()
         if daemon.proc.poll() is None:
             daemon.terminate()
+    assert checks.answered > 0
+
+
+class _ChecksInTheBackground(threading.Thread):
+    """Checks every 0.1 s, a learn and a refused learn each second, until stopped."""
+
+    def __init__(self, port: int, texts: list[str]):
+        super().__init__(daemon=True)
+        self.port, self.texts = port, texts
+        self.stopping = threading.Event()
+        self.answered = 0
+
+    def _post(self, path: str, body: bytes, headers: dict) -> None:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=body,
+                                         headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=5) as reply:
+                self.answered += reply.status == 200
+        except urllib.error.HTTPError:
+            pass  # the refused learn's 403
+        except OSError:
+            pass  # not serving yet
+
+    def run(self) -> None:
+        i = 0
+        while not self.stopping.wait(0.1):
+            mail = f"Subject: {self.texts[i % len(self.texts)]}\n\nhello".encode()
+            self._post("/checkv2", mail, {})
+            if i % 10 == 0:
+                self._post("/learnham", mail, {"Password": "pw"})
+                self._post("/learnspam", mail, {"Password": "wrong"})
+            i += 1
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(10)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from streamnb.metrics import CONSUMED_KINDS, FEEDBACK_OUTCOMES, Metrics
+from streamnb.serve.metrics import HttpMetrics
 
 
 def populate(m: Metrics) -> Metrics:
@@ -31,6 +32,15 @@ def populate(m: Metrics) -> Metrics:
     m.observe_labelled("spam", "spam", {"spam": 0.9, "ham": 0.1})
     m.observe_labelled("ham", "spam", {"spam": 0.7, "ham": 0.3})
     m.observe_labelled("ham", "ham", {"spam": 0.2, "ham": 0.8})
+    # The front door's metrics share the registry when the daemon serves checks.
+    http = HttpMetrics(m.registry)
+    http.request("checkv2", 200)
+    http.request("learn", 403)
+    http.checked("add header", 0.001)
+    http.learned("spam", "acknowledged")
+    http.auth_failed()
+    http.overloaded()
+    http.in_flight(1)
     return m
 
 
