@@ -71,8 +71,9 @@ except ImportError:  # pragma: no cover - another kafka-python: the first commit
 __all__ = [
     "KAFKA_DEFAULT_MAX_MESSAGE_BYTES", "KafkaIO", "KeyHashPartitioner", "Record", "TP",
     "SOCKET_READ_BYTES", "client_config", "murmur2", "read_sockets_in_larger_chunks",
-    "committed_offsets", "create_topics", "end_offsets", "ensure_changelogs", "open_admin",
-    "produce", "producer_config", "read_all", "read_to_end", "record_size", "topic_limits",
+    "ChangelogFollower", "committed_offsets", "create_topics", "end_offsets",
+    "ensure_changelogs", "learn_producer", "open_admin", "produce", "producer_config",
+    "read_all", "read_to_end", "record_size", "topic_limits",
 ]
 
 log = logging.getLogger("streamnb.kafka")
@@ -1120,6 +1121,70 @@ class KafkaIO:
                         client.close(autocommit=False, timeout_ms=int(timeout * 1000))
                 finally:
                     self.producer.close(timeout=timeout)
+
+
+def learn_producer(settings: KafkaSettings, max_value_bytes: int) -> KafkaProducer:
+    """The front door's producer of learns (:mod:`streamnb.serve.learning`): idempotent,
+    ``acks=all``, no linger (a learn's reply waits for its acknowledgement), room for the
+    largest input record."""
+    config = producer_config(settings)
+    config.update(client_id=f"{settings.client_id}-learns", acks="all",
+                  enable_idempotence=True, linger_ms=0,
+                  max_request_size=max(config["max_request_size"], max_value_bytes + 1024))
+    return KafkaProducer(**config)
+
+
+class ChangelogFollower:
+    """Reads whole changelog topics without a group, and keeps reading them: a standby
+    scorer's view of a group's state (:mod:`streamnb.serve.standby`). ``read_committed``,
+    large fetches (a restore reads whole changelogs)."""
+
+    def __init__(self, settings: KafkaSettings):
+        self.consumer = KafkaConsumer(
+            **client_config(settings), client_id=f"{settings.client_id}-standby",
+            group_id=None, enable_auto_commit=False, isolation_level="read_committed",
+            max_poll_records=5000, fetch_max_bytes=64 * 1024 * 1024,
+            max_partition_fetch_bytes=16 * 1024 * 1024)
+
+    def assign_from_start(self, topics: Iterable[str]) -> list[TP]:
+        """Read every partition of ``topics`` from its first offset; raises
+        :class:`KafkaReadError` for a topic that does not exist."""
+        tps = []
+        for topic in topics:
+            numbers = self.consumer.partitions_for_topic(topic)
+            if not numbers:
+                raise KafkaReadError(f"topic {topic} does not exist")
+            tps.extend(TopicPartition(topic, p) for p in sorted(numbers))
+        self.consumer.assign(tps)
+        self.consumer.seek_to_beginning(*tps)
+        return _tps(tps)
+
+    def ends(self) -> dict[TP, int]:
+        """The read_committed end of every assigned partition."""
+        ends = self.consumer.end_offsets(list(self.consumer.assignment()))
+        return {(tp.topic, tp.partition): offset for tp, offset in ends.items()}
+
+    def positions(self) -> dict[TP, int]:
+        return {(tp.topic, tp.partition): self.consumer.position(tp)
+                for tp in self.consumer.assignment()}
+
+    def poll(self, timeout_ms: int) -> list[Record]:
+        records: list[Record] = []
+        for tp, items in self.consumer.poll(timeout_ms=timeout_ms).items():
+            records.extend(_records(tp, items))
+        return records
+
+    def lag(self) -> int:
+        """Records between the positions and the ends, as of the last fetch."""
+        lag = 0
+        for tp in self.consumer.assignment():
+            high = self.consumer.highwater(tp)
+            if high is not None:
+                lag += max(0, high - self.consumer.position(tp))
+        return lag
+
+    def close(self) -> None:
+        self.consumer.close(autocommit=False)
 
 
 def ensure_changelogs(settings: KafkaSettings, changelogs: dict[str, str]) -> None:

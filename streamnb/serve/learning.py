@@ -46,17 +46,11 @@ class KafkaLearner:
     """The producer of learns: idempotent, ``acks=all``, to ``topic``."""
 
     def __init__(self, settings: KafkaSettings, topic: str, max_value_bytes: int):
-        from kafka import KafkaProducer
-
-        from streamnb.daemon.kafka_io import producer_config
+        from streamnb.daemon.kafka_io import learn_producer
 
         self.topic = topic
         self.max_value_bytes = max_value_bytes
-        config = producer_config(settings)
-        config.update(client_id=f"{settings.client_id}-learns", acks="all",
-                      enable_idempotence=True, linger_ms=0,
-                      max_request_size=max(config["max_request_size"], max_value_bytes + 1024))
-        self.producer = KafkaProducer(**config)
+        self.producer = learn_producer(settings, max_value_bytes)
         # The topic's metadata now, so that no learn's send waits for it on the event loop.
         self.producer.partitions_for(topic)
 

@@ -44,11 +44,12 @@ FOLLOW_POLL_MS = 100
 class Standby:
     """Every slice of the group, read from the changelogs and followed; ``live`` their sum.
 
-    ``consumer`` reads the changelog partitions (a kafka-python ``KafkaConsumer`` without a
-    group, ``read_committed``); ``changelogs`` maps each input topic to its changelog topic.
+    ``follower`` reads the changelog partitions
+    (:class:`~streamnb.daemon.kafka_io.ChangelogFollower`, or a fake with its methods);
+    ``changelogs`` maps each input topic to its changelog topic.
     """
 
-    def __init__(self, settings: Settings, consumer: Any, changelogs: dict[str, str]):
+    def __init__(self, settings: Settings, follower: Any, changelogs: dict[str, str]):
         from streamnb.daemon.partitions import Partitions
         from streamnb.models import make_model
         from streamnb.models.presets import resolve
@@ -65,8 +66,7 @@ class Standby:
                 model.track_last_seen()
             return model
 
-        self.settings = settings
-        self.consumer = consumer
+        self.follower = follower
         self.input_of = {changelog: topic for topic, changelog in changelogs.items()}
         self.parts = Partitions(new_slice, lambda key: None, new_live=new_model)
         self.lock = threading.Lock()
@@ -79,26 +79,16 @@ class Standby:
     def restore(self, timeout: float) -> int:
         """Read every changelog partition to its committed end; returns the records read.
         Only ``timeout`` seconds without any record is an error."""
-        from kafka import TopicPartition
-
         from streamnb.daemon.changelog import ChangelogError
 
-        tps = []
-        for changelog in self.input_of:
-            partitions = self.consumer.partitions_for_topic(changelog)
-            if not partitions:
-                raise ChangelogError(f"changelog topic {changelog} does not exist: start the "
-                                     "group's daemons first (they create it)")
-            tps.extend(TopicPartition(changelog, p) for p in sorted(partitions))
-        self.consumer.assign(tps)
-        self.consumer.seek_to_beginning(*tps)
-        ends = self.consumer.end_offsets(tps)
+        tps = self.follower.assign_from_start(self.input_of)
         with self.lock:
             for tp in tps:
-                self.parts.slice(self._key(tp.topic, tp.partition))
+                self.parts.slice(self._key(tp))
+        ends = self.follower.ends()
         applied, deadline = 0, time.monotonic() + timeout
-        while any(self.consumer.position(tp) < ends[tp] for tp in tps):
-            got = self._apply(self.consumer.poll(timeout_ms=200), follow=False)
+        while any(position < ends[tp] for tp, position in self.follower.positions().items()):
+            got = self._apply(self.follower.poll(200), follow=False)
             if got:
                 applied += got
                 deadline = time.monotonic() + timeout
@@ -112,41 +102,32 @@ class Standby:
 
     def follow(self, timeout_ms: int = FOLLOW_POLL_MS) -> int:
         """Apply what the changelogs have gained; returns the records applied."""
-        applied = self._apply(self.consumer.poll(timeout_ms=timeout_ms), follow=True)
-        if not self.lag():
+        applied = self._apply(self.follower.poll(timeout_ms), follow=True)
+        if not self.follower.lag():
             self.caught_up_at = time.monotonic()
         return applied
 
-    def lag(self) -> int:
-        """Records between the positions and the ends of the changelog partitions, as of the
-        last fetch."""
-        lag = 0
-        for tp in self.consumer.assignment():
-            high = self.consumer.highwater(tp)
-            if high is not None:
-                lag += max(0, high - self.consumer.position(tp))
-        return lag
-
-    def _key(self, changelog: str, partition: int) -> str:
+    def _key(self, tp: tuple[str, int]) -> str:
         from streamnb.daemon.partitions import slice_key
 
-        return slice_key((self.input_of[changelog], partition))
+        return slice_key((self.input_of[tp[0]], tp[1]))
 
-    def _apply(self, fetched: dict, follow: bool) -> int:
+    def _apply(self, records: list, follow: bool) -> int:
+        """Apply polled changelog records (each partition's in log order) under the lock."""
         from streamnb.daemon.changelog import ChangelogError
 
+        by_partition: dict[tuple[str, int], list] = {}
+        for record in records:
+            by_partition.setdefault(record.tp, []).append(record)
         applied = 0
-        for tp, records in fetched.items():
-            if not records:
-                continue
-            key = self._key(tp.topic, tp.partition)
+        for tp, items in by_partition.items():
             with self.lock:
                 try:
                     applied += self.parts.apply_remote(
-                        key, [(r.key, r.value) for r in records], follow)
+                        self._key(tp), [(r.key, r.value) for r in items], follow)
                 except ChangelogError as error:
-                    raise ChangelogError(f"changelog {tp.topic}:{tp.partition} offsets "
-                                         f"{records[0].offset}-{records[-1].offset}: "
+                    raise ChangelogError(f"changelog {tp[0]}:{tp[1]} offsets "
+                                         f"{items[0].offset}-{items[-1].offset}: "
                                          f"{error}") from None
         return applied
 
@@ -193,7 +174,7 @@ def main(args: argparse.Namespace) -> int:
         return 1
     finally:
         server.stop()
-        standby.consumer.close(autocommit=False)
+        standby.follower.close()
     log.info("stopped", extra={"event": "stopped"})
     return 0
 
@@ -203,14 +184,12 @@ class _StartError(RuntimeError):
 
 
 def _start(settings: Settings, stopping: threading.Event) -> tuple[Any, Standby]:
-    from kafka import KafkaConsumer
-    from kafka.errors import KafkaError
     from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
     from streamnb import __version__
     from streamnb.daemon import startup
     from streamnb.daemon.changelog import ChangelogError, changelog_topic
-    from streamnb.daemon.kafka_io import client_config
+    from streamnb.daemon.kafka_io import ChangelogFollower, KafkaReadError
     from streamnb.pipeline import build_pipeline
     from streamnb.serve import policy_of
     from streamnb.serve.app import FrontDoor
@@ -236,17 +215,19 @@ def _start(settings: Settings, stopping: threading.Event) -> tuple[Any, Standby]
         startup.check_kafka(settings)  # the broker answers, the login and the inputs are good
     except startup.StartupError as error:
         raise _StartError(str(error)) from None
-    consumer = KafkaConsumer(
-        **client_config(kafka), client_id=f"{kafka.client_id}-standby", group_id=None,
-        enable_auto_commit=False, isolation_level="read_committed", max_poll_records=5000,
-        fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=16 * 1024 * 1024)
+    follower = ChangelogFollower(kafka)
     changelogs = {topic: changelog_topic(kafka.group_id, topic) for topic in kafka.input_topics}
-    standby = Standby(settings, consumer, changelogs)
+    standby = Standby(settings, follower, changelogs)
     started = time.perf_counter()
     try:
         records = standby.restore(kafka.stall_seconds)
-    except (ChangelogError, KafkaError) as error:
-        consumer.close(autocommit=False)
+    except KafkaReadError as error:
+        follower.close()
+        raise _StartError(f"cannot read the state: {error} (start the group's daemons first: "
+                          f"they create the changelogs of kafka.group_id {kafka.group_id!r})"
+                          ) from None
+    except ChangelogError as error:
+        follower.close()
         raise _StartError(f"cannot read the state: {error}") from None
     log.info("read the state of %d partition(s) from the changelog: %d record(s) in %.2f s, "
              "%d update(s) in the global model", len(standby.parts.slices), records,
