@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import replace
@@ -362,3 +363,31 @@ def test_ping_stat_and_metrics(served, corpus):
     assert served.sample("streamnb_http_check_seconds_count") == stat["scanned"]
     assert served.sample("streamnb_http_requests_total",
                          {"endpoint": "ping", "code": "200"}) >= 1
+
+
+def test_tls_when_a_certificate_is_configured(tmp_path, corpus):
+    """Anything but loopback needs TLS: the same endpoints over https with the configured
+    certificate, and no plain HTTP on that port."""
+    import shutil
+    import ssl
+
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl not found: scripts/install-system-deps.sh installs it")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    front = Served(corpus[:50], tls_certfile=cert, tls_keyfile=key)
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        connection = http.client.HTTPSConnection("127.0.0.1", front.port, context=context,
+                                                 timeout=10)
+        connection.request("POST", "/checkv2", body=corpus[60].raw)
+        reply = orjson.loads(connection.getresponse().read())
+        connection.close()
+        assert reply["action"] in ("add header", "no action")
+        assert reply["streamnb"]["model_updates"] == 50
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            front.request("GET", "/ping")  # plain HTTP to a TLS port
+    finally:
+        front.server.stop()
