@@ -177,6 +177,25 @@ def _records(tp: TopicPartition, items) -> list[Record]:
     ]
 
 
+def _polled(consumer: KafkaConsumer, timeout_ms: int) -> list[Record]:
+    """One poll of a consumer without a group, as :class:`Record` s."""
+    records: list[Record] = []
+    for tp, items in consumer.poll(timeout_ms=timeout_ms).items():
+        records.extend(_records(tp, items))
+    return records
+
+
+def _lag(consumer: KafkaConsumer) -> int:
+    """Records between a consumer's positions and the ends of its partitions, as of its last
+    fetch (a partition not fetched yet counts as caught up)."""
+    lag = 0
+    for tp in consumer.assignment():
+        high = consumer.highwater(tp)
+        if high is not None:
+            lag += max(0, high - consumer.position(tp))
+    return lag
+
+
 # kafka.assignment_strategy -> kafka-python's assignor (config.ASSIGNMENT_STRATEGIES).
 ASSIGNORS = {
     assignor.name: assignor
@@ -1077,10 +1096,7 @@ class KafkaIO:
     def tail_poll(self, timeout_ms: int) -> list[Record]:
         if not self.reader.assignment():
             return []
-        records: list[Record] = []
-        for tp, items in self.reader.poll(timeout_ms=timeout_ms).items():
-            records.extend(_records(tp, items))
-        return records
+        return _polled(self.reader, timeout_ms)
 
     def tail_positions(self, tps: list[TP]) -> dict[TP, int]:
         return {tp: self.reader.position(TopicPartition(*tp)) for tp in tps}
@@ -1088,12 +1104,7 @@ class KafkaIO:
     def tail_lag(self) -> int:
         """Records between the reader's positions and the ends of its partitions, as of the
         last fetch (a partition not fetched yet counts as caught up)."""
-        lag = 0
-        for tp in self.reader.assignment():
-            high = self.reader.highwater(tp)
-            if high is not None:
-                lag += max(0, high - self.reader.position(tp))
-        return lag
+        return _lag(self.reader)
 
     def tail_ends(self, tps: list[TP]) -> dict[TP, int]:
         """The read_committed end (last stable offset) of each changelog partition."""
@@ -1169,19 +1180,11 @@ class ChangelogFollower:
                 for tp in self.consumer.assignment()}
 
     def poll(self, timeout_ms: int) -> list[Record]:
-        records: list[Record] = []
-        for tp, items in self.consumer.poll(timeout_ms=timeout_ms).items():
-            records.extend(_records(tp, items))
-        return records
+        return _polled(self.consumer, timeout_ms)
 
     def lag(self) -> int:
         """Records between the positions and the ends, as of the last fetch."""
-        lag = 0
-        for tp in self.consumer.assignment():
-            high = self.consumer.highwater(tp)
-            if high is not None:
-                lag += max(0, high - self.consumer.position(tp))
-        return lag
+        return _lag(self.consumer)
 
     def close(self) -> None:
         self.consumer.close(autocommit=False)
