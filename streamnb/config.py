@@ -582,6 +582,7 @@ def load_settings(
     if settings.model.half_life_messages and "half_life" in settings.model.options:
         raise ConfigError("config: model.options.half_life and model.half_life_messages both "
                           "set: keep model.half_life_messages")
+    _check_verdict_header_ignored(settings)
     kafka = settings.kafka
     if settings.http.learn_topic and settings.http.learn_topic not in kafka.input_topics:
         raise ConfigError(f"config: http.learn_topic {settings.http.learn_topic!r} must be one "
@@ -682,6 +683,20 @@ def _resolve_security(kafka: KafkaSettings, base: Path) -> KafkaSettings:
     if kafka.ssl_keyfile and not kafka.ssl_certfile:
         raise ConfigError("config: kafka.ssl_keyfile needs kafka.ssl_certfile (the client's)")
     return replace(kafka, **changes) if changes else kafka
+
+
+def _check_verdict_header_ignored(settings: Settings) -> None:
+    """The front door's verdict header must be among the fields the featurizer ignores: a
+    mail learned from a mailbox carries it, and the model would learn its own verdicts."""
+    from streamnb.features.options import DEFAULT_IGNORE_FIELDS
+
+    header = settings.http.verdict_header
+    ignored = settings.features.get("ignore_fields", DEFAULT_IGNORE_FIELDS)
+    if header and isinstance(ignored, list | tuple) and header.lower() not in {
+            str(name).strip().lower() for name in ignored}:
+        raise ConfigError(f"config: http.verdict_header {header!r} must be one of "
+                          f"features.ignore_fields {list(ignored)}: the model would learn its "
+                          "own verdicts from mail that carries it")
 
 
 #: Hosts the front door may serve on without TLS.

@@ -1879,6 +1879,63 @@ has_encoded_word(PyObject *Py_UNUSED(module), PyObject *data)
     return PyBool_FromLong(encoded_word_in(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data)));
 }
 
+PyDoc_STRVAR(has_field_doc,
+"has_field(block, names) -> bool\n\n"
+"Whether a header block (line ends \\n) has a line that starts with one of ``names``\n"
+"(lower-case bytes) compared without case, then spaces or tabs, then a colon: the\n"
+"featurizer's look for ignore_fields (featurizer.has_field is the reference).");
+
+/* One pass over the line starts (memchr from line to line): a mail's block of 2 KB in a
+ * fraction of a microsecond, where lower() and a search a name cost the Python path 3 us. */
+static PyObject *
+has_field(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer block;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "y*O!:has_field", &block, &PyTuple_Type, &names)) {
+        return NULL;
+    }
+    const char *start = block.buf, *end = start + block.len;
+    Py_ssize_t n_names = PyTuple_GET_SIZE(names);
+    for (Py_ssize_t i = 0; i < n_names; i++) {
+        if (!PyBytes_Check(PyTuple_GET_ITEM(names, i))) {
+            PyBuffer_Release(&block);
+            PyErr_SetString(PyExc_TypeError, "has_field() takes a tuple of bytes names");
+            return NULL;
+        }
+    }
+    int found = 0;
+    for (const char *line = start; line < end && !found;) {
+        Py_ssize_t room = end - line;
+        for (Py_ssize_t i = 0; i < n_names && !found; i++) {
+            PyObject *name = PyTuple_GET_ITEM(names, i);
+            Py_ssize_t len = PyBytes_GET_SIZE(name);
+            const char *wanted = PyBytes_AS_STRING(name);
+            if (len == 0 || len >= room) {
+                continue;
+            }
+            Py_ssize_t k = 0;
+            while (k < len && Py_TOLOWER(Py_CHARMASK(line[k])) == wanted[k]) {
+                k++;
+            }
+            if (k < len) {
+                continue;
+            }
+            while (k < room && (line[k] == ' ' || line[k] == '\t')) {
+                k++;
+            }
+            found = k < room && line[k] == ':';
+        }
+        const char *newline = memchr(line, '\n', (size_t)(end - line));
+        if (newline == NULL) {
+            break;
+        }
+        line = newline + 1;
+    }
+    PyBuffer_Release(&block);
+    return PyBool_FromLong(found);
+}
+
 PyDoc_STRVAR(reserve_doc,
 "reserve(counts, n) -> None\n\n"
 "Gives the empty dict ``counts`` (a Counter too) a table that holds ``n`` keys, so that\n"
@@ -4421,6 +4478,7 @@ static PyMethodDef module_methods[] = {
     {"has_han", (PyCFunction)has_han, METH_O, has_han_doc},
     {"count_money", (PyCFunction)count_money, METH_VARARGS, count_money_doc},
     {"has_encoded_word", (PyCFunction)has_encoded_word, METH_O, has_encoded_word_doc},
+    {"has_field", (PyCFunction)has_field, METH_VARARGS, has_field_doc},
     {"reserve", (PyCFunction)reserve, METH_VARARGS, reserve_doc},
     {"first_values", (PyCFunction)first_values, METH_VARARGS, first_values_doc},
     {"count_url_tokens", (PyCFunction)count_url_tokens, METH_VARARGS, count_url_tokens_doc},

@@ -92,18 +92,36 @@ class Featurizer:
         )
         self._layout = bool(options.header_order or options.header_shapes)
         self._every_field = "*" in options.header_fields
+        self._ignored = ignored_fields_pattern(options.ignore_fields)
+        self._ignored_names = tuple(name.encode("ascii", "replace")
+                                    for name in options.ignore_fields)
+        self._has_field = (_native_path._tokens.has_field if self.tokenizer.native
+                           else has_field)
 
     def read(self, raw: bytes) -> ParsedMail:
         """The parsed mail (subject, addresses, text parts, attachments) of raw bytes."""
-        return read_mail(_as_bytes(raw), self.options, native=self.tokenizer.native)
+        raw = _as_bytes(raw)
+        mail = read_mail(raw, self.options, native=self.tokenizer.native)
+        if self._ignored is not None and self._carries_ignored(mail.header_block):
+            mail = read_mail(without_fields(raw, self._ignored), self.options,
+                             native=self.tokenizer.native)
+        return mail
 
     def from_raw(self, raw: bytes) -> Features:
-        """Features of an RFC 822 message given as bytes."""
+        """Features of an RFC 822 message given as bytes (without ``ignore_fields``)."""
         budget = Budget(self.options)
         if type(raw) is not bytes:  # nearly all raw mail is bytes: no call to see that
             raw = _as_bytes(raw)
         mail = read_mail(raw, self.options, budget, native=self.tokenizer.native)
+        if self._ignored is not None and self._carries_ignored(mail.header_block):
+            budget = Budget(self.options)
+            mail = read_mail(without_fields(raw, self._ignored), self.options, budget,
+                             native=self.tokenizer.native)
         return self._from_mail(mail, budget)
+
+    def _carries_ignored(self, header_block: bytes) -> bool:
+        """Whether a header block as read has a field of ``ignore_fields`` (most have none)."""
+        return self._has_field(header_block, self._ignored_names)
 
     def from_mail(self, mail: ParsedMail) -> Features:
         """Features of a mail already read with :meth:`read` (its truncations carried over)."""
@@ -315,6 +333,68 @@ def _mime_tokens(mail: ParsedMail) -> list[str]:
         tokens.append("mime:" + mail.content_type)
     tokens += ["charset:" + c for c in mail.charsets]
     return tokens + _attachment_tokens(mail)
+
+
+# The end of a header block: its last line's line break, then an empty line.
+_HEADER_END = re.compile(rb"\n\r?\n")
+# A line with its line break (the last one may have none).
+_LINE = re.compile(rb"[^\n]*\n|[^\n]+$")
+
+
+def ignored_fields_pattern(names: Sequence[str]) -> re.Pattern[bytes] | None:
+    """What finds a field of ``names`` at the start of a header line (None: no names)."""
+    if not names:
+        return None
+    alternatives = b"|".join(re.escape(name.encode("ascii", "replace")) for name in names)
+    return re.compile(rb"(?im)^(?:" + alternatives + rb")[ \t]*:")
+
+
+def has_field(block: bytes, names: tuple[bytes, ...]) -> bool:
+    """Whether a header block (line ends ``\\n``) has a field of ``names`` (lower-case):
+    the reference of ``_tokens.has_field``.
+
+    >>> has_field(b"Subject: hi\\nX-Spam : Yes\\n", (b"x-spam",))
+    True
+    >>> has_field(b"Subject: hi\\nX-Spam-Level: *\\n x-spam: folded\\n", (b"x-spam",))
+    False
+    """
+    for line in block.split(b"\n"):
+        lowered = line.lower()
+        for name in names:
+            if name and lowered.startswith(name) and \
+                    lowered[len(name):].lstrip(b" \t")[:1] == b":":
+                return True
+    return False
+
+
+def without_fields(raw: bytes, pattern: re.Pattern[bytes] | None) -> bytes:
+    r"""``raw`` without the top-level header fields ``pattern`` finds (a field's folded
+    continuation lines go with it); every other byte, the body's included, unchanged.
+
+    >>> pattern = ignored_fields_pattern(["x-spam", "x-streamnb"])
+    >>> without_fields(b"X-Spam: Yes\r\nSubject: hi\r\nX-STREAMNB: ham;\r\n  more\r\n"
+    ...                b"\r\nX-Spam: in the body", pattern)
+    b'Subject: hi\r\n\r\nX-Spam: in the body'
+    >>> without_fields(b"X-Spam-Level: ***\n\nhi", pattern)
+    b'X-Spam-Level: ***\n\nhi'
+    """
+    if pattern is None:
+        return raw
+    found = _HEADER_END.search(raw)
+    end = found.start() + 1 if found is not None else len(raw)
+    head = raw[:end]
+    if pattern.search(head) is None:
+        return raw
+    kept, skipping = [], False
+    for line in _LINE.findall(head):
+        if line[:1] in (b" ", b"\t"):  # a folded continuation of the field before
+            if not skipping:
+                kept.append(line)
+            continue
+        skipping = pattern.match(line) is not None
+        if not skipping:
+            kept.append(line)
+    return b"".join(kept) + raw[end:]
 
 
 def _as_bytes(raw: bytes) -> bytes:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-__all__ = ["DEFAULT_HEADER_FIELDS", "FeaturizerOptions"]
+__all__ = ["DEFAULT_HEADER_FIELDS", "DEFAULT_IGNORE_FIELDS", "FeaturizerOptions"]
 
 #: Headers whose content becomes prefixed tokens (``subject:free``, ``from:example.com``).
 #: Besides the author and recipient fields, the routing, list and date headers (``received``,
@@ -53,7 +53,13 @@ DEFAULT_HEADER_FIELDS = (
 
 _NUMBER_MODES = ("keep", "drop", "shape")
 _ON_LIMIT = ("truncate", "reject")
-_LIST_FIELDS = ("header_fields", "stop_lists", "stop_words")
+_LIST_FIELDS = ("header_fields", "ignore_fields", "stop_lists", "stop_words")
+
+#: Header fields a filter adds with its verdict: streamnb's (``http.verdict_header``) and
+#: rspamd's proxy's ``X-Spam``. A mail is read as if it did not carry them, so a mail learned
+#: from a mailbox does not teach the model its own earlier verdict, and a sender cannot move
+#: a verdict by forging one (the milter proxy scores the mail before it removes them).
+DEFAULT_IGNORE_FIELDS = ("x-streamnb", "x-spam")
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,8 @@ class FeaturizerOptions:
     url_tokens: bool = True  # URLs also give "url:host" and "url:domain" tokens
     header_tokens: bool = True  # tokens of ``header_fields`` ("*": all), prefixed by the field
     header_fields: tuple[str, ...] = DEFAULT_HEADER_FIELDS
+    # Top-level header fields read as if absent (name, layout and value): filters' verdicts.
+    ignore_fields: tuple[str, ...] = DEFAULT_IGNORE_FIELDS
     address_words: bool = False  # addresses in headers also give their words (from:john)
     # The header block's layout (streamnb.features.header_layout): each run of min_header_order
     # to header_order consecutive field names ("order:^>from>subject"; 0: off), and each
@@ -113,6 +121,9 @@ class FeaturizerOptions:
             object.__setattr__(self, name, tuple(value))
         object.__setattr__(
             self, "header_fields", tuple(f.strip().lower() for f in self.header_fields)
+        )
+        object.__setattr__(
+            self, "ignore_fields", tuple(f.strip().lower() for f in self.ignore_fields if f.strip())
         )
         _check_choice("numbers", self.numbers, _NUMBER_MODES)
         _check_choice("on_limit", self.on_limit, _ON_LIMIT)

@@ -252,13 +252,17 @@ def check_reply(policy: Policy, verdict: Verdict, log_proba: Mapping[str, float]
     return reply
 
 
+#: The header rspamd's proxy adds for "add header" (its ``spam_header``, by default).
+PROXY_SPAM_HEADER = "X-Spam"
+
+
 def _milter(verdict: Verdict, header: str) -> dict[str, Any]:
-    """The headers rspamd's proxy (milter mode) adds to the mail, and removes first: a copy of
-    the header already in the mail would be a forgery. The proxy adds its own ``X-Spam: Yes``
-    for "add header" too."""
+    """The headers rspamd's proxy (milter mode) adds to the mail, and those it removes
+    first: a copy already in the mail is a forgery. The proxy adds its own ``X-Spam: Yes``
+    for "add header", but removes a forged ``X-Spam`` only then: it is removed here always."""
     if not header:
         return {}
     margin = "" if verdict.margin is None else f" log-odds={verdict.margin:.3f}"
     value = f"{verdict.label or 'unknown'}; score={verdict.score:.3f}{margin}"
     return {"add_headers": {header: {"value": value, "order": 0}},
-            "remove_headers": {header: 0}}
+            "remove_headers": {header: 0, PROXY_SPAM_HEADER: 0}}

@@ -391,3 +391,13 @@ def test_tls_when_a_certificate_is_configured(tmp_path, corpus):
             front.request("GET", "/ping")  # plain HTTP to a TLS port
     finally:
         front.server.stop()
+
+
+def test_a_forged_verdict_header_does_not_move_the_verdict(served, corpus):
+    """The milter proxy scores the mail before it removes the mail's own X-Streamnb and
+    X-Spam: the featurizer reads the mail as if they were absent."""
+    for mail in corpus[670:690]:
+        honest = served.check(mail.raw)["streamnb"]["log_probabilities"]
+        for forged in (b"X-Streamnb: ham; score=-99.000 forged\r\n",
+                       b"X-Spam: No\r\nX-Streamnb: spam; score=99.000\r\n  folded\r\n"):
+            assert served.check(forged + mail.raw)["streamnb"]["log_probabilities"] == honest

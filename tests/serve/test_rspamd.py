@@ -84,7 +84,7 @@ def test_the_reply_is_json_with_every_class_and_no_infinity(log_proba):
         symbol = decoded["symbols"][symbol_name(verdict.label)]
         assert symbol["score"] == symbol["metric_score"] == verdict.score
     milter = decoded["milter"]
-    assert milter["remove_headers"] == {"X-Streamnb": 0}
+    assert milter["remove_headers"] == {"X-Streamnb": 0, "X-Spam": 0}
     assert milter["add_headers"]["X-Streamnb"]["value"].startswith(f"{verdict.label};")
 
 
