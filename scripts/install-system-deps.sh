@@ -10,6 +10,17 @@
 #   make: the README's commands
 #   gcc, python3-dev: `make setup` compiles the featurizer's C extension
 #                 (streamnb/features/_tokens.c) against the Python headers
+#   rspamd, postfix, swaks: rspamd brings rspamc, the client tests/integration/test_http_kafka.py
+#                 checks and learns with; the milter test (tests/integration/test_milter_postfix.py)
+#                 sends mail with swaks to a private Postfix instance whose milter is rspamd's
+#                 proxy (rspamd, which also brings rspamc) asking streamnb over HTTP. The test
+#                 starts its own instances on free loopback ports and uses no system service.
+#                 postfix is installed as "No configuration" (debconf, unattended): without
+#                 /etc/postfix/main.cf the system Postfix does not start, nothing listens on
+#                 port 25. Not installed where another mail server provides /usr/sbin/sendmail
+#                 (apt would remove it for postfix); the test is then skipped, or fails in CI.
+#                 Debian starts rspamd's own service where systemd runs (loopback ports
+#                 11332-11334); the test never uses it.
 # Run it as root (a container, CI) or as a user with sudo: it uses sudo only when not root.
 set -euo pipefail
 
@@ -26,6 +37,16 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 python3 -c 'import os, sysconfig; os.stat(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
     >/dev/null 2>&1 || need+=(python3-dev)
+command -v rspamd >/dev/null 2>&1 || need+=(rspamd)
+command -v swaks >/dev/null 2>&1 || need+=(swaks)
+if ! command -v postfix >/dev/null 2>&1 && [[ ! -x /usr/sbin/postfix ]]; then
+    if [[ -e /usr/sbin/sendmail ]]; then
+        echo "install-system-deps: not installing postfix: another mail server provides" \
+            "/usr/sbin/sendmail and apt would remove it; test_milter_postfix needs postfix" >&2
+    else
+        need+=(postfix)
+    fi
+fi
 
 if ((${#need[@]} == 0)); then
     exit 0
@@ -39,6 +60,11 @@ if [[ $(id -u) -ne 0 ]]; then
     as_root=(sudo)
 fi
 echo "install-system-deps: installing ${need[*]}" >&2
+if [[ " ${need[*]} " == *" postfix "* ]]; then
+    # Unattended, and no system mail server: no main.cf, so its service does not start.
+    echo "postfix postfix/main_mailer_type select No configuration" \
+        | "${as_root[@]}" debconf-set-selections
+fi
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
