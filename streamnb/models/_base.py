@@ -17,6 +17,7 @@ import numpy as np
 
 __all__ = [
     "ModelInputError", "StateError", "STATE_VERSION", "check_class_offsets", "first_best",
+    "probabilities_of",
 ]
 
 #: The version written by ``to_state``; ``from_state`` reads this one only.
@@ -55,7 +56,9 @@ def check_label(y: Any) -> str:
 
 
 def log_normalise(scores: Mapping[str, float]) -> dict[str, float]:
-    """Log-sum-exp normalisation of per-class log joint scores into log-probabilities."""
+    """Log-sum-exp normalisation of per-class log joint scores into log-probabilities, one per
+    class of ``scores``: a class far below the others keeps its finite log-probability (its
+    probability underflows to 0.0 only once exponentiated, :func:`probabilities_of`)."""
     if not scores:
         return {}
     if len(scores) == 1:  # one class is certain, even where its density underflows to 0
@@ -63,8 +66,22 @@ def log_normalise(scores: Mapping[str, float]) -> dict[str, float]:
     top = max(scores.values())
     if top == -math.inf or math.isnan(top):
         raise ValueError(f"cannot normalise scores {dict(scores)!r}")
-    log_z = top + math.log(math.fsum(math.exp(s - top) for s in scores.values()))
-    return {label: s - log_z for label, s in scores.items()}
+    # (s - top) - log Σ, not s - (top + log Σ): top + log Σ rounds to top's ulp, an error of
+    # 1e-9 in each log-probability of a message scored -1e7 (whose exps then add up to
+    # 1 + 2e-10); s - top is exact for close scores
+    log_sum = math.log(math.fsum(math.exp(s - top) for s in scores.values()))
+    return {label: (s - top) - log_sum for label, s in scores.items()}
+
+
+def probabilities_of(log_proba: Mapping[str, float]) -> dict[str, float]:
+    """P(class | x) of each class of a prediction ``log_proba`` (class -> log P(class | x)),
+    every class kept: one that underflows is 0.0, never left out.
+
+    >>> probabilities_of({"ham": -800.0, "spam": 0.0})
+    {'ham': 0.0, 'spam': 1.0}
+    """
+    exp = math.exp
+    return {label: exp(lp) for label, lp in log_proba.items()}
 
 
 def check_positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
@@ -238,7 +255,7 @@ class Model:
             raise StateError(f"corrupt state: {error}") from None
 
     def predict_proba_one(self, x) -> dict[str, float]:
-        return {label: math.exp(lp) for label, lp in self.predict_log_proba_one(x).items()}
+        return probabilities_of(self.predict_log_proba_one(x))
 
     def predict_one(self, x) -> str | None:
         return self.decide(self.predict_log_proba_one(x))
@@ -298,14 +315,9 @@ class Model:
 
     def prequential_many(self, xs: Iterable, ys: Iterable[str | None]
                          ) -> list[dict[str, float]]:
-        """Predict each input, then learn it if it is labelled, in order: a stream's step.
-
-        ``ys[i]`` is a label or None (unlabelled). ``proba_i`` is what
-        ``predict_proba_one(xs[i])`` returns after every earlier labelled pair was learned;
-        afterwards the model has learned all of them. This is the loop the daemon would run
-        per message; a model may do it faster (:class:`MultinomialNB` vectorises it) as long as
-        it returns what the loop returns. The inputs are checked first (``_check_examples``),
-        so a rejected one raises the error ``learn_one`` would, before anything is learned.
+        """:meth:`prequential_log_proba_many` as probabilities: ``proba_i`` is what
+        ``predict_proba_one(xs[i])`` returns after every earlier labelled pair was learned
+        (each class's exp of its log-probability, 0.0 where it underflows).
 
         >>> from streamnb.models import make_model
         >>> model = make_model("bernoulli")
@@ -316,6 +328,35 @@ class Model:
         >>> probas[2]["spam"] > 0.5
         True
         """
+        log_probas = self.prequential_log_proba_many(xs, ys)
+        # Each dict becomes its probabilities in place: a second dict for each message makes
+        # the cyclic collector run (and walk the model's row lists) more often.
+        exp = math.exp
+        for log_proba in log_probas:
+            for label, lp in log_proba.items():
+                log_proba[label] = exp(lp)
+        return log_probas
+
+    def prequential_log_proba_many(self, xs: Iterable, ys: Iterable[str | None]
+                                   ) -> list[dict[str, float]]:
+        """Predict each input, then learn it if it is labelled, in order: a stream's step.
+
+        ``ys[i]`` is a label or None (unlabelled). ``log_proba_i`` is what
+        ``predict_log_proba_one(xs[i])`` returns after every earlier labelled pair was
+        learned: log P(class | x) of every class known then, in a new dict the caller may
+        change; afterwards the model has learned all of them. This is the loop the daemon
+        would run per message; a model may do it faster (:class:`MultinomialNB` vectorises
+        it) as long as it returns what the loop returns. The inputs are checked first
+        (``_check_examples``), so a rejected one raises the error ``learn_one`` would, before
+        anything is learned.
+
+        >>> from streamnb.models import make_model
+        >>> model = make_model("bernoulli")
+        >>> log_probas = model.prequential_log_proba_many([{"win": 1}, {"hi": 1}],
+        ...                                               ["spam", "ham"])
+        >>> log_probas, model.classes
+        ([{}, {'spam': 0.0}], ['ham', 'spam'])
+        """
         xs, ys = list(xs), list(ys)
         if len(xs) != len(ys):
             raise ModelInputError(f"prequential_many got {len(xs)} inputs but {len(ys)} labels")
@@ -323,13 +364,13 @@ class Model:
         return self._prequential_loop(xs, ys)
 
     def _prequential_loop(self, xs: list, ys: list) -> list[dict[str, float]]:
-        """:meth:`prequential_many` on checked inputs, one message at a time."""
-        probas = []
+        """:meth:`prequential_log_proba_many` on checked inputs, one message at a time."""
+        log_probas = []
         for x, y in zip(xs, ys, strict=True):
-            probas.append(self.predict_proba_one(x))
+            log_probas.append(self.predict_log_proba_one(x))
             if y is not None:
                 self.learn_one(x, y)
-        return probas
+        return log_probas
 
     def _check_examples(self, xs: list, ys: list) -> None:
         """Raise the error predicting then learning these examples in turn would raise first;

@@ -1,6 +1,10 @@
 """The prequential batch step of :class:`MultinomialNB`: in C where it is built, else in numpy.
 
 Predicting then learning each message of a batch in turn costs a Python step per message.
+Every step here returns, per message, what ``predict_log_proba_one`` returns: log P(class | x)
+of every class known then, each the normalised score itself (score - log Z, never the log of
+an exponentiated probability), so it stays finite where the probability underflows to 0.0.
+Probabilities are made from them (``probabilities_of``), by whoever needs them.
 
 **The C step** (``streamnb.models._step``, built by the set-up) is that loop itself, run in C:
 one pass reads the batch (``_step.intern``: each message's counts, each distinct token looked
@@ -85,8 +89,9 @@ def takes(model: MultinomialNB) -> bool:
                 or model._tracks_updates())
 
 
-def prequential_many(model: MultinomialNB, xs: list, ys: list) -> list[dict[str, float]]:
-    """``Model.prequential_many`` for a model :func:`takes`: the runs of examples
+def prequential_log_proba_many(model: MultinomialNB, xs: list, ys: list
+                               ) -> list[dict[str, float]]:
+    """``Model.prequential_log_proba_many`` for a model :func:`takes`: the runs of examples
     :func:`vectorisable` accepts take the vectorised step, each other example the loop."""
     batch = _read(model, xs, ys)
     if batch is not None:  # usually the whole batch at once
@@ -95,7 +100,7 @@ def prequential_many(model: MultinomialNB, xs: list, ys: list) -> list[dict[str,
     others = [i for i, ok in enumerate(vectorised) if not ok]
     # before anything is learned (the vectorisable ones are valid inputs)
     model._check_examples([xs[i] for i in others], [ys[i] for i in others])
-    probas: list[dict[str, float]] = []
+    log_probas: list[dict[str, float]] = []
     start = 0
     for in_step, run in groupby(vectorised):
         stop = start + len(list(run))
@@ -104,11 +109,11 @@ def prequential_many(model: MultinomialNB, xs: list, ys: list) -> list[dict[str,
             batch = _InternedBatch.read(model, run_xs, run_ys) if native() else _Batch(
                 model, run_xs, _values(run_xs))
             assert batch is not None  # examples vectorisable accepts
-            probas += _step(model, batch, run_xs, run_ys)
+            log_probas += _step(model, batch, run_xs, run_ys)
         else:
-            probas += model._prequential_loop(run_xs, run_ys)
+            log_probas += model._prequential_loop(run_xs, run_ys)
         start = stop
-    return probas
+    return log_probas
 
 
 def vectorisable(x, y) -> bool:
@@ -327,8 +332,8 @@ class NumberingTable:
 
 
 def numbered_step_takes(model) -> bool:
-    """Whether :func:`prequential_numbered` computes ``model.prequential_many`` (the C step of a
-    :class:`MultinomialNB` that :func:`takes`, without decay)."""
+    """Whether :func:`prequential_numbered` computes ``model.prequential_log_proba_many`` (the
+    C step of a :class:`MultinomialNB` that :func:`takes`, without decay)."""
     from streamnb.models.multinomial import MultinomialNB
 
     return (isinstance(model, MultinomialNB) and model.half_life is None and native()
@@ -338,9 +343,9 @@ def numbered_step_takes(model) -> bool:
 def prequential_numbered(model: MultinomialNB, numbering: TokenNumbers, numbers: np.ndarray,
                          counts: np.ndarray, lengths: np.ndarray, xs, ys: list
                          ) -> list[dict[str, float]]:
-    """``model.prequential_many(xs, ys)`` for a model :func:`numbered_step_takes`, with each
-    message's tokens given as their numbers in ``numbering`` and their counts (ints in
-    [1, 2**46)), in the dicts' order: no dict is read. ``xs`` (a sequence making each dict
+    """``model.prequential_log_proba_many(xs, ys)`` for a model :func:`numbered_step_takes`,
+    with each message's tokens given as their numbers in ``numbering`` and their counts (ints
+    in [1, 2**46)), in the dicts' order: no dict is read. ``xs`` (a sequence making each dict
     when indexed) serves the messages the loop steps (a spread at the threshold, or counts
     that are not exact); labels are ``str`` or None."""
     if not _str_or_none(ys):
@@ -521,7 +526,7 @@ def _step(model: MultinomialNB, batch: _Batch | _InternedBatch, xs: list, ys: li
 def _native_step(model: MultinomialNB, batch: _InternedBatch, xs: list, ys: list
                  ) -> list[dict[str, float]]:
     """The loop in C (``_step.step``), message by message: the same state bit for bit, the
-    same probabilities to rounding. It hands back the rare message holding a token whose
+    same log-probabilities to rounding. It hands back the rare message holding a token whose
     spread is within :data:`SPREAD_BAND` of ``min_spread``, which the loop itself steps."""
     column = _class_columns(model, ys)
     if not model._counts.flags.c_contiguous:  # (it always is: the C step writes it in place)
@@ -542,21 +547,21 @@ def _native_step(model: MultinomialNB, batch: _InternedBatch, xs: list, ys: list
                int(not model.counts_occurrences), int(model.tf == "log"), int(model.idf),
                int(model.length_norm), int(model._short_limit))
     offsets = np.concatenate(([0], np.cumsum(batch.lengths)))
-    probas: list[dict[str, float]] = []
+    log_probas: list[dict[str, float]] = []
     start = 0
     while start < len(xs):
         done, vocab, clock, stepped = _native.step(
             batch.rows, batch.lengths, batch.values, column, model._counts, model._nnz,
             model._n_docs, model._totals, model._seen, model._labels, model._vocab,
             model._clock, start, options)
-        probas += stepped
+        log_probas += stepped
         model._vocab, model._clock = vocab, clock
         _after_native(model, batch, column, offsets, start, done)
         if done < len(xs):  # a spread at the threshold: the loop decides it
-            probas += model._prequential_loop(xs[done:done + 1], ys[done:done + 1])
+            log_probas += model._prequential_loop(xs[done:done + 1], ys[done:done + 1])
             done += 1
         start = done
-    return probas
+    return log_probas
 
 
 def _after_native(model: MultinomialNB, batch: _Batch, column: np.ndarray,
@@ -638,8 +643,8 @@ def _numpy_step(model: MultinomialNB, batch: _Batch, xs: list, ys: list
 
     # The loop scores a message longer than the short path's limit on the array path.
     on_array_path = batch.lengths > model._short_limit
-    probas = _probabilities(model, batch.values[order], on_array_path[message], message,
-                            counts, n_docs, totals, vocab)
+    log_probas = _log_probabilities(model, batch.values[order], on_array_path[message],
+                                    message, counts, n_docs, totals, vocab)
 
     # Learn the whole batch: the counts in one scatter, then the bookkeeping beside them.
     if model._seen is not None:
@@ -663,7 +668,7 @@ def _numpy_step(model: MultinomialNB, batch: _Batch, xs: list, ys: list
     model._lookup_cache = None
     for c in sorted(set(column[labelled].tolist())):
         model._invalidate(c)
-    return probas
+    return log_probas
 
 
 def _after_bulk_learning(model: MultinomialNB, changed_rows: np.ndarray) -> None:
@@ -676,10 +681,10 @@ def _after_bulk_learning(model: MultinomialNB, changed_rows: np.ndarray) -> None
     model._array_rows_changed(changed_rows)
 
 
-def _probabilities(model: MultinomialNB, values: np.ndarray, on_array_path: np.ndarray,
-                   message: np.ndarray, counts: np.ndarray, n_docs: np.ndarray,
-                   totals: np.ndarray, vocab: np.ndarray) -> list[dict[str, float]]:
-    """What ``predict_proba_one`` returns for each message, from the counts before it:
+def _log_probabilities(model: MultinomialNB, values: np.ndarray, on_array_path: np.ndarray,
+                       message: np.ndarray, counts: np.ndarray, n_docs: np.ndarray,
+                       totals: np.ndarray, vocab: np.ndarray) -> list[dict[str, float]]:
+    """What ``predict_log_proba_one`` returns for each message, from the counts before it:
     per occurrence ``counts`` (classes x occurrences), ``message`` and whether the loop
     scores that message on the array path (else the short path), per message ``n_docs``,
     ``totals`` and ``vocab``."""
@@ -751,9 +756,13 @@ def _probabilities(model: MultinomialNB, values: np.ndarray, on_array_path: np.n
         scores = np.where(active, scores / model.temperature, -np.inf)
         top = scores.max(axis=1, initial=-np.inf)
         finite_top = np.where(np.isfinite(top), top, 0.0)[:, None]
-        log_z = finite_top + np.log(np.exp(scores - finite_top).sum(axis=1, keepdims=True))
-        proba = np.exp(scores - log_z)
-    return _as_dicts(model, proba, active)
+        shifted = scores - finite_top
+        # log_normalise's (s - top) - log Σ exp(s - top)
+        log_proba = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        # one class is certain (log_normalise's 0.0), even where its score is not finite
+        certain = (active.sum(axis=1) == 1)[:, None]
+        log_proba = np.where(certain, 0.0, log_proba)
+    return _as_dicts(model, log_proba, active)
 
 
 def _short_spread(model: MultinomialNB, counts: np.ndarray, totals: np.ndarray, vocab: int,
@@ -782,13 +791,15 @@ def _array_spread(model: MultinomialNB, counts: np.ndarray, totals: np.ndarray, 
     return float(terms.max(axis=1)[0] - terms.min(axis=1)[0])
 
 
-def _as_dicts(model: MultinomialNB, proba: np.ndarray, active: np.ndarray
+def _as_dicts(model: MultinomialNB, values: np.ndarray, active: np.ndarray
               ) -> list[dict[str, float]]:
-    """One dict per message over its active classes, in column order (as the loop's)."""
+    """One dict per message (row of ``values``, messages x class columns) over every one of
+    its active classes, in column order (as the loop's); an inactive class is one the model
+    had not learned then, not one whose value underflowed."""
     n_columns = active.shape[1]
     if not n_columns:
-        return [{} for _ in range(proba.shape[0])]
-    out: list = [None] * proba.shape[0]
+        return [{} for _ in range(values.shape[0])]
+    out: list = [None] * values.shape[0]
     patterns, which = np.unique(active, axis=0, return_inverse=True)
     which = which.reshape(-1)
     labels = model._labels
@@ -800,7 +811,7 @@ def _as_dicts(model: MultinomialNB, proba: np.ndarray, active: np.ndarray
                 out[i] = {}
             continue
         names = [labels[c] for c in columns]
-        for i, row in zip(members.tolist(), proba[np.ix_(members, columns)].tolist(),
+        for i, row in zip(members.tolist(), values[np.ix_(members, columns)].tolist(),
                           strict=True):
             out[i] = dict(zip(names, row, strict=True))
     return out

@@ -24,15 +24,18 @@
  *       exactly a str.
  *
  *   step(rows, lengths, values, columns, counts, nnz, n_docs, totals, seen, labels, vocab,
- *        clock, start, options) -> (done, vocab, clock, probas)
+ *        clock, start, options) -> (done, vocab, clock, log_probas)
  *       The loop itself, message by message from ``start``: predict (the arithmetic of
  *       MultinomialNB's short path for a message of at most ``short_limit`` tokens, of its
  *       array path for a longer one), then learn if labelled (``columns[i] >= 0``), writing
  *       the counts, the per-row non-zero class counts, the message counts, the totals and the
- *       last-seen stamps in place. ``probas`` holds one dict per message done. It stops early
- *       (``done`` < number of messages) at a message holding a token whose spread lies within
- *       ``band`` of ``min_spread``: this code's logs (libm) and the array path's (numpy) may
- *       differ in the last bit there, so the caller steps that message with the loop itself.
+ *       last-seen stamps in place. ``log_probas`` holds one dict per message done: log P(c | x)
+ *       of every active class c, the normalised score itself ((score - top) - log of the sum
+ *       of exp(score - top), what ``predict_log_proba_one`` returns), finite where P(c | x)
+ *       underflows. It stops early (``done`` < number of messages) at a message holding a
+ *       token whose spread lies within ``band`` of ``min_spread``: this code's logs (libm) and
+ *       the array path's (numpy) may differ in the last bit there, so the caller steps that
+ *       message with the loop itself.
  *
  * Every count is an integer below 2**46 (the caller checks), so adding them is exact in any
  * order and the state written is the loop's bit for bit. The scores' logs are libm's, as the
@@ -589,7 +592,7 @@ step(PyObject *self, PyObject *args)
         return NULL;
     Py_buffer b[9];
     int n_buffers = 0;
-    PyObject *result = NULL, *probas = NULL;
+    PyObject *result = NULL, *log_probas = NULL;
     double *scratch = NULL, *per_class = NULL;
     int *active = NULL;
     struct {
@@ -648,8 +651,8 @@ step(PyObject *self, PyObject *args)
     scratch = malloc(sizeof(double) * (size_t)(longest + 1) * (size_t)(n_columns + 1));
     active = malloc(sizeof(int) * (size_t)(n_columns + 1));
     per_class = malloc(sizeof(double) * 3 * (size_t)(n_columns + 1));
-    probas = PyList_New(0);
-    if (scratch == NULL || active == NULL || per_class == NULL || probas == NULL) {
+    log_probas = PyList_New(0);
+    if (scratch == NULL || active == NULL || per_class == NULL || log_probas == NULL) {
         if (!PyErr_Occurred())
             PyErr_NoMemory();
         goto done;
@@ -677,8 +680,8 @@ step(PyObject *self, PyObject *args)
                 n_learned += n_docs[c]; /* integers: exact in any order */
             }
         }
-        PyObject *proba = PyDict_New();
-        if (proba == NULL)
+        PyObject *log_proba = PyDict_New();
+        if (log_proba == NULL)
             goto done;
         if (n_active) {
             double log_total = log(n_learned), smoothing = o.alpha * (double)vocab;
@@ -740,7 +743,7 @@ step(PyObject *self, PyObject *args)
                 kept++;
             }
             if (stop) {
-                Py_DECREF(proba);
+                Py_DECREF(log_proba);
                 break;
             }
             if (kept) {
@@ -772,41 +775,43 @@ step(PyObject *self, PyObject *args)
                 for (int j = 0; j < n_active; j++)
                     scores[j] = log_prior[j];
             }
-            /* log_normalise(score / temperature), then exp */
+            /* log_normalise(score / temperature): one class is certain (0.0) */
             double top = -INFINITY;
             for (int j = 0; j < n_active; j++) {
                 scores[j] /= o.temperature;
                 if (scores[j] > top)
                     top = scores[j];
             }
-            double log_z = 0.0;
+            double log_sum = 0.0;
             if (n_active > 1) {
                 if (!isfinite(top)) {
-                    Py_DECREF(proba);
+                    Py_DECREF(log_proba);
                     PyErr_SetString(PyExc_ValueError, "cannot normalise the scores");
                     goto done;
                 }
                 Sum z = {0.0, 0.0};
                 for (int j = 0; j < n_active; j++)
                     sum_add(&z, exp(scores[j] - top));
-                log_z = top + log(sum_value(&z));
+                log_sum = log(sum_value(&z));
             }
             for (int j = 0; j < n_active; j++) {
-                PyObject *p = PyFloat_FromDouble(n_active > 1 ? exp(scores[j] - log_z) : 1.0);
-                if (p == NULL
-                    || PyDict_SetItem(proba, PyList_GET_ITEM(labels, active[j]), p) < 0) {
-                    Py_XDECREF(p);
-                    Py_DECREF(proba);
+                /* (score - top) - log sum, as log_normalise: not rounded to top's ulp */
+                PyObject *lp = PyFloat_FromDouble(n_active > 1 ? (scores[j] - top) - log_sum
+                                                                : 0.0);
+                if (lp == NULL
+                    || PyDict_SetItem(log_proba, PyList_GET_ITEM(labels, active[j]), lp) < 0) {
+                    Py_XDECREF(lp);
+                    Py_DECREF(log_proba);
                     goto done;
                 }
-                Py_DECREF(p);
+                Py_DECREF(lp);
             }
         }
-        if (PyList_Append(probas, proba) < 0) {
-            Py_DECREF(proba);
+        if (PyList_Append(log_probas, log_proba) < 0) {
+            Py_DECREF(log_proba);
             goto done;
         }
-        Py_DECREF(proba);
+        Py_DECREF(log_proba);
         /* -- learn -- */
         int64_t column = columns[m];
         if (column >= 0) {
@@ -840,12 +845,12 @@ step(PyObject *self, PyObject *args)
         }
         at += length;
     }
-    result = Py_BuildValue("nLLO", m, vocab, clock, probas);
+    result = Py_BuildValue("nLLO", m, vocab, clock, log_probas);
 done:
     free(scratch);
     free(per_class);
     free(active);
-    Py_XDECREF(probas);
+    Py_XDECREF(log_probas);
     for (int i = 0; i < n_buffers; i++)
         PyBuffer_Release(&b[i]);
     return result;

@@ -391,21 +391,24 @@ class MultinomialNB(TextModel):
                                                 strict=True))
         }
 
-    def prequential_many(self, xs: Iterable, ys: Iterable[str | None]
-                         ) -> list[dict[str, float]]:
-        """:meth:`Model.prequential_many`, batch-stepped (in C where it is built, else in
-        numpy) over the runs of messages with ``str`` tokens and ``int`` counts, short or long
-        (see :mod:`streamnb.models._prequential`): the same state bit for bit, the same
-        probabilities to rounding. Other options, states and inputs take the loop.
+    def prequential_log_proba_many(self, xs: Iterable, ys: Iterable[str | None]
+                                   ) -> list[dict[str, float]]:
+        """:meth:`Model.prequential_log_proba_many`, batch-stepped (in C where it is built,
+        else in numpy) over the runs of messages with ``str`` tokens and ``int`` counts, short
+        or long (see :mod:`streamnb.models._prequential`): the same state bit for bit, the
+        same log-probabilities to rounding. Other options, states and inputs take the loop.
 
         >>> xs = [{"win": 1, "cash": 1}, {"lunch": 1}, {"win": 1}, {"lunch": 1, "at": 1}]
         >>> ys = ["spam", "ham", None, "ham"]
         >>> batched, looped = MultinomialNB(), MultinomialNB()
-        >>> probas = batched.prequential_many(xs, ys)
-        >>> probas[:2], round(probas[2]["spam"], 3), batched.n_updates   # odds (2/5) / (1/4)
-        ([{}, {'spam': 1.0}], 0.615, 3)
-        >>> looped_probas = looped._prequential_loop(xs, ys)   # the loop: equal to rounding
-        >>> all(abs(a[c] - b[c]) < 1e-12 for a, b in zip(looped_probas, probas) for c in a)
+        >>> log_probas = batched.prequential_log_proba_many(xs, ys)
+        >>> log_probas[:2], batched.n_updates
+        ([{}, {'spam': 0.0}], 3)
+        >>> round(math.exp(log_probas[2]["spam"]), 3)   # odds (2/5) / (1/4)
+        0.615
+        >>> looped_log_probas = looped._prequential_loop(xs, ys)   # the loop: equal to rounding
+        >>> all(abs(a[c] - b[c]) < 1e-12 for a, b in zip(looped_log_probas, log_probas)
+        ...     for c in a)
         True
         >>> looped.to_state() == batched.to_state()   # and the very same state
         True
@@ -413,8 +416,8 @@ class MultinomialNB(TextModel):
         xs, ys = list(xs), list(ys)
         # decay: the loop (each step moves the clock, and the scale of every count)
         if len(xs) != len(ys) or self.half_life is not None or not _prequential.takes(self):
-            return super().prequential_many(xs, ys)
-        return _prequential.prequential_many(self, xs, ys)
+            return super().prequential_log_proba_many(xs, ys)
+        return _prequential.prequential_log_proba_many(self, xs, ys)
 
     def _log_theta(self, label: str) -> tuple[list, np.ndarray]:
         column = self._column[label]

@@ -68,7 +68,7 @@ class CountModel:
         self.tokens[y].subtract(x)
         self._note(x)
 
-    def predict_proba_one(self, x):
+    def predict_log_proba_one(self, x):
         classes = self.classes
         if not classes:
             return {}
@@ -82,8 +82,11 @@ class CountModel:
                 score += n * math.log((self.tokens[c][t] + 1) / (size + vocab))
             logp[c] = score
         top = max(logp.values())
-        z = sum(math.exp(v - top) for v in logp.values())
-        return {c: math.exp(v - top) / z for c, v in logp.items()}
+        log_z = top + math.log(sum(math.exp(v - top) for v in logp.values()))
+        return {c: v - log_z for c, v in logp.items()}
+
+    def predict_proba_one(self, x):
+        return {c: math.exp(lp) for c, lp in self.predict_log_proba_one(x).items()}
 
     def __iadd__(self, other):
         self.docs.update(other.docs)

@@ -4,6 +4,7 @@ record-by-record loop, with feedback, duplicate ids and poison interleaved."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 
@@ -91,6 +92,18 @@ def assert_close(a: dict, b: dict):
         assert abs(a[label] - b[label]) <= 1e-9
 
 
+def assert_same_prediction(got: dict, want: dict):
+    """The probabilities and log-probabilities of two predictions equal to rounding (the
+    batch step sums in another order than the one-message path), the log-probabilities
+    finite and the probabilities exactly their exps."""
+    for prediction in (got, want):
+        log_proba = prediction["log_probabilities"]
+        assert all(math.isfinite(lp) for lp in log_proba.values())
+        assert prediction["probabilities"] == {c: math.exp(lp) for c, lp in log_proba.items()}
+    assert_close(got.pop("probabilities"), want.pop("probabilities"))
+    assert_close(got.pop("log_probabilities"), want.pop("log_probabilities"))
+
+
 def tallies(metrics) -> Counter:
     """Counter metrics summed over the run (the loop adds them up per polled batch)."""
     total: Counter = Counter()
@@ -111,7 +124,7 @@ def test_runs_of_new_messages_change_nothing_observable(tmp_path, batch):
     expected = [orjson.loads(r.value) for r in kafka_ref.all("out")]
     assert len(predictions) == len(expected) > 100
     for got, want in zip(predictions, expected, strict=True):
-        assert_close(got.pop("probabilities"), want.pop("probabilities"))
+        assert_same_prediction(got, want)
         assert got.pop("latency_seconds") >= 0
         want.pop("latency_seconds")
         score, score_ref = got.pop("score"), want.pop("score")
@@ -156,7 +169,7 @@ def test_runs_spanning_two_partitions_change_nothing_observable(tmp_path, batch)
     expected = [orjson.loads(r.value) for r in kafka_ref.all("out")]
     assert len(predictions) == len(expected) > 100
     for got, want in zip(predictions, expected, strict=True):
-        assert_close(got.pop("probabilities"), want.pop("probabilities"))
+        assert_same_prediction(got, want)
         for field in ("latency_seconds", "score"):
             got.pop(field), want.pop(field)
         assert got == want

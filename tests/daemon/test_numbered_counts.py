@@ -51,9 +51,9 @@ messages = st.lists(st.tuples(
        expire_after=st.sets(st.integers(0, 7), max_size=3))
 def test_a_numbered_run_is_stepped_as_its_dicts_are(polls, limit, expire_after):
     """The child's numbers through the daemon's copy of the numbering give the state and
-    probabilities of ``prequential_many`` over the dicts, poll after poll: the numbering
-    starting again (a small limit), an expiry between polls (new row list) and runs that
-    leave some of their poll's messages out (not consecutive)."""
+    log-probabilities of ``prequential_log_proba_many`` over the dicts, to the bit, poll after
+    poll: the numbering starting again (a small limit), an expiry between polls (new row
+    list) and runs that leave some of their poll's messages out (not consecutive)."""
     numbered_model, dict_model = (make_model("multinomial", preset="mail") for _ in range(2))
     for model in (numbered_model, dict_model):
         model.track_last_seen()
@@ -74,7 +74,7 @@ def test_a_numbered_run_is_stepped_as_its_dicts_are(polls, limit, expire_after):
         xs, ys = [dict(poll[i][0]) for i in run], [poll[i][1] for i in run]
         got = prequential_numbered(numbered_model, daemon_side, numbers, counts, lengths,
                                    xs, ys)
-        want = dict_model.prequential_many(xs, ys)
+        want = dict_model.prequential_log_proba_many(xs, ys)
         assert got == want
         assert numbered_model.to_state() == dict_model.to_state()
         if p in expire_after:
@@ -207,7 +207,8 @@ def test_the_daemon_with_numbered_counts_changes_nothing_observable(
     assert len(predictions) == len(expected) > 200
     for got, want in zip(predictions, expected, strict=True):
         got.pop("latency_seconds"), want.pop("latency_seconds")
-        assert got == want  # id, label, probabilities and score to the bit, offsets
+        # id, label, probabilities, log-probabilities and score to the bit, offsets
+        assert got == want
     assert [(r.value, r.headers) for r in kafka.all("dlq")] == [
         (r.value, r.headers) for r in ref_kafka.all("dlq")]
     assert daemon.live.to_state() == ref.live.to_state()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import threading
@@ -108,6 +109,10 @@ def test_sms_end_to_end_one_prediction_per_unlabelled_id(
         # the classes the model had seen when it predicted (only "ham" at the very start)
         assert set(prediction["probabilities"]) <= {"ham", "spam"}
         assert abs(sum(prediction["probabilities"].values()) - 1) < 1e-9
+        # and their exact log-probabilities, finite where a probability rounds to 0.0
+        log_proba = prediction["log_probabilities"]
+        assert all(isinstance(lp, float) and math.isfinite(lp) for lp in log_proba.values())
+        assert prediction["probabilities"] == {c: math.exp(lp) for c, lp in log_proba.items()}
         assert prediction["topic"] == f"{topic_prefix}-in"
         correct += prediction["label"] == truth[prediction["id"]]
     accuracy = correct / len(unlabelled)

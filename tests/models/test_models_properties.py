@@ -227,6 +227,29 @@ def test_a_100k_token_message_has_finite_log_probabilities(kind, repeated_words)
     assert min(model.predict_log_proba_one(huge).values()) < -1000
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.floats(-1e9, 1e9), st.dictionaries(
+    st.sampled_from(LABELS), st.floats(-2000, 0, allow_nan=False), min_size=2, max_size=3))
+def test_normalised_log_probabilities_keep_every_class_and_add_up_to_one(offset, gaps):
+    """Scores of any magnitude (a long message scores -1e7) and gaps (a class thousands below
+    the best underflows to probability 0.0): every class keeps a finite log-probability, the
+    gaps between them are the scores', and their exps add up to 1 to rounding, however large
+    the scores (normalised as (s - top) - log Σ, not rounded to the top score's ulp)."""
+    from streamnb.models._base import log_normalise, probabilities_of
+
+    scores = {label: offset + gap for label, gap in gaps.items()}
+    log_proba = log_normalise(scores)
+    assert list(log_proba) == list(scores)
+    assert all(math.isfinite(lp) and lp <= 0 for lp in log_proba.values())
+    assert max(log_proba.values()) > -math.log(len(scores)) - 1e-12
+    proba = probabilities_of(log_proba)
+    assert list(proba) == list(scores)
+    assert math.fsum(proba.values()) == pytest.approx(1.0, rel=1e-15, abs=0)
+    a, b = list(scores)[:2]
+    ulp = math.ulp(max(abs(scores[a]), abs(scores[b]), 1.0))
+    assert abs((log_proba[a] - log_proba[b]) - (scores[a] - scores[b])) <= 4 * ulp
+
+
 def test_gda_far_from_every_class_has_finite_log_probabilities():
     model = GDA()
     model.learn_many([[0, 0], [1, 1], [0, 1], [10, 10], [11, 10], [10, 12]], list("aaabbb"))
