@@ -59,6 +59,7 @@ import argparse
 import base64
 import faulthandler
 import functools
+import math
 import os
 import random
 import shutil
@@ -489,6 +490,7 @@ def floor(bootstrap: str, topic: str, values, rounds: int, ceiling_us: float,
     inputs = [pipeline.prepare(m).x for m in messages]
     labels = [m.label for m in messages]
     outputs = [encode({"id": m.id, "label": "ham", "probabilities": {"ham": 0.99, "spam": 0.01},
+                       "log_probabilities": {"ham": math.log(0.99), "spam": math.log(0.01)},
                        "score": 0.99, "model_updates": i, "topic": topic, "partition": 0,
                        "offset": i, "latency_seconds": 0.0001})
                for i, m in enumerate(messages) if m.label is None]

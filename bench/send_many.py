@@ -20,6 +20,7 @@ round's records.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -46,8 +47,10 @@ def predictions(count: int) -> list[tuple[bytes, bytes]]:
     for i in range(count):
         msg_id = f"sms-{i}"
         proba = {"ham": 0.9876543210123 - i * 1e-9, "spam": 0.0123456789877 + i * 1e-9}
+        log_proba = {c: math.log(p) for c, p in proba.items()}
         out.append((msg_id.encode(), encode({
-            "id": msg_id, "label": "ham", "probabilities": proba, "score": proba["ham"],
+            "id": msg_id, "label": "ham", "probabilities": proba,
+            "log_probabilities": log_proba, "score": proba["ham"],
             "model_updates": 4000 + i, "model": "global", "model_partitions": 1,
             "topic": "sms", "partition": 0, "offset": i, "latency_seconds": 0.000412345,
         })))

@@ -12,7 +12,7 @@ and only those, the way an exactly-once daemon must, in one process:
    daemon's fetch sizes);
 2. decode and featurize each record (``prepare_value``: the decoder, the pipeline, the feedback
    store's encoding of the input);
-3. score and learn the poll with one batch step (``prequential_many``);
+3. score and learn the poll with one batch step (``prequential_log_proba_many``);
 4. remember the poll's messages in the feedback store (``remember_many``);
 5. send a prediction for each unlabelled message (the daemon's fields, encoded as it does),
    the poll's with one ``send_many``;
@@ -56,6 +56,7 @@ def skeleton_loop(bootstrap: str, topic: str, n: int, after_build=None, probe=No
     from streamnb.daemon.loop import transactional_id
     from streamnb.daemon.prepare import MESSAGE, prepare_value
     from streamnb.daemon.watchdog import Watchdog
+    from streamnb.models._base import probabilities_of
     from streamnb.pipeline import build_pipeline
 
     workdir = Path(tempfile.mkdtemp(prefix="streamnb-skeleton-"))
@@ -120,16 +121,18 @@ def skeleton_loop(bootstrap: str, topic: str, n: int, after_build=None, probe=No
                         xs.append(x)
                         x_jsons.append(x_json)
                         kept.append(record)
-                probas = model.prequential_many(xs, labels)
+                log_probas = model.prequential_log_proba_many(xs, labels)
                 store.remember_many(f"{topic}:0", ids, x_jsons, labels)
                 updates = model.n_updates
                 predictions = []
-                for record, msg_id, label, proba in zip(kept, ids, labels, probas,
-                                                        strict=True):
+                for record, msg_id, label, log_proba in zip(kept, ids, labels, log_probas,
+                                                            strict=True):
                     if label is None:
+                        proba = probabilities_of(log_proba)
                         predicted = max(proba, key=proba.get)
                         predictions.append((msg_id.encode(), encode({
                             "id": msg_id, "label": predicted, "probabilities": proba,
+                            "log_probabilities": log_proba,
                             "score": proba[predicted], "model_updates": updates,
                             "model": "global", "model_partitions": 1,
                             "topic": record.topic, "partition": record.partition,
