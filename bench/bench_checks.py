@@ -844,7 +844,7 @@ def consuming(bootstrap: str, mails: Mails, n: int, check_rate: float, rounds: i
                                                                strict=True)
                                   if start <= t <= end and status != 200)
         say(f"  consuming round {round_ + 1} ({'daemon' if standby is None else 'standby'} "
-            "serves the checks): without checks {n / walls['without'][-1]:,.0f} "
+            f"serves the checks): without checks {n / walls['without'][-1]:,.0f} "
             f"msg/s, with {n / walls['with'][-1]:,.0f} msg/s; checks meanwhile "
             f"{checks[-1].statuses}, p50 {checks[-1].percentile(0.5) * 1e3:.1f} ms, "
             f"p99 {checks[-1].percentile(0.99) * 1e3:.1f} ms")
