@@ -190,6 +190,9 @@ class HttpSettings:
     # Loopback by default: any other address needs TLS, or allow_plaintext = true.
     host: str = "127.0.0.1"
     port: int = 0  # 0: no HTTP front door (11333 is rspamd's own port)
+    # Who answers checks for `streamnb run`: this many `streamnb serve` processes the daemon
+    # starts on its port (streamnb.serve.scorers), or 0: a thread of the daemon itself.
+    scorers: int = 1
     # Learning is privileged: the Password header of /learnspam, /learnham and /learnclass.
     # Never in the config file: from STREAMNB_HTTP__PASSWORD or http.password_file.
     password: str = field(default="", repr=False)
@@ -462,6 +465,7 @@ SCHEMA: dict[str, tuple[type, dict[str, Callable[[str, Any], Any]]]] = {
         {
             "host": _nonempty_str,
             "port": _port,
+            "scorers": _count,
             "password": _secret,
             "password_file": _path,
             "tls_certfile": _path,

@@ -725,9 +725,13 @@ def transactional_id(settings: Settings) -> str:
     return f"{kafka.group_id}-{kafka.client_id}-{socket.gethostname()}-{os.getpid()}"
 
 
-def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable | None = None):
+def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable | None = None,
+                 config_path: str | os.PathLike | None = None):
     """The daemon with the real model, featurizer, metrics and Kafka, from ``settings``; the
-    start-up checks (:mod:`streamnb.daemon.startup`) run before anything is consumed."""
+    start-up checks (:mod:`streamnb.daemon.startup`) run before anything is consumed. With
+    ``[http] port`` its front door serves once the state is read: ``http.scorers`` processes
+    started with ``config_path`` (the file ``settings`` came from), or without one (or with
+    ``scorers = 0``) a thread of the daemon."""
     from streamnb.models import make_model
     from streamnb.models.presets import resolve
     from streamnb.pipeline import build_pipeline
@@ -788,7 +792,8 @@ def build_daemon(settings: Settings, metrics: Any = None, io_factory: Callable |
         raise
     if listener is not None:
         try:
-            daemon.front_door = startup.serve_checks(daemon, settings, listener, metrics)
+            daemon.front_door = startup.serve_checks(daemon, settings, listener, metrics,
+                                                     config_path)
         except BaseException:
             daemon.close()
             raise
@@ -822,6 +827,15 @@ def freeze_start_up_heap() -> None:
     gc.set_threshold(max(young, YOUNG_COLLECTION_THRESHOLD), *older)
 
 
+def _scorers_said(daemon: Daemon) -> str:
+    """How the start line names the front door's scorer processes (none: '')."""
+    pids = getattr(daemon.front_door, "pids", None)
+    if not pids:
+        return ""
+    return (f", scorer process pid {pids[0]}" if len(pids) == 1
+            else f", scorer processes pids {', '.join(map(str, pids))}")
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config)
@@ -830,7 +844,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     configure_logging(settings.logging.level, settings.logging.format)
     try:
-        daemon = build_daemon(settings)
+        daemon = build_daemon(settings, config_path=args.config)
     except (ValueError, TypeError, ChangelogTopicError, startup.StartupError) as error:
         # ValueError/TypeError: an unknown model kind or option, or featurizer option.
         print(f"streamnb: {error}", file=sys.stderr)
@@ -849,7 +863,7 @@ def main(args: argparse.Namespace) -> int:
     freeze_start_up_heap()
     prepare_pids = getattr(getattr(daemon, "preparer", None), "pids", ())  # prepare_process
     log.info(
-        "streamnb %s running: %s -> %s (model %s, transactional id %s%s)",
+        "streamnb %s running: %s -> %s (model %s, transactional id %s%s%s)",
         __version__,
         ",".join(settings.kafka.input_topics),
         settings.kafka.output_topic,
@@ -858,6 +872,7 @@ def main(args: argparse.Namespace) -> int:
         "" if not prepare_pids else (
             f", prepare process pid {prepare_pids[0]}" if len(prepare_pids) == 1
             else f", prepare processes pids {', '.join(map(str, prepare_pids))}"),
+        _scorers_said(daemon),
         extra={"event": "started"},
     )
     try:

@@ -58,12 +58,27 @@ def bind_http(settings: Any) -> Any:
         raise StartupError(str(error)) from None
 
 
-def serve_checks(daemon: Any, settings: Settings, listener: Any, metrics: Any) -> Any:
-    """Serve checks (and, with a password, learns) in front of ``daemon`` on ``listener``."""
+def serve_checks(daemon: Any, settings: Settings, listener: Any, metrics: Any,
+                 config_path: Any = None) -> Any:
+    """Serve checks (and, with a password, learns) in front of ``daemon``: by
+    ``http.scorers`` processes on the port ``listener`` holds (it only proved the port free,
+    and is closed for them), or, without them or a config file, on ``listener`` itself."""
     from prometheus_client import CollectorRegistry
 
     from streamnb.serve import serve_daemon
     from streamnb.serve.server import BindError
+
+    if settings.http.scorers and config_path is not None:
+        from streamnb.serve.scorers import ScorerProcesses
+
+        listener.close()
+        scorers = ScorerProcesses(config_path, settings.http.scorers, settings.metrics.port,
+                                  ready_timeout=max(60.0, settings.kafka.stall_seconds))
+        try:
+            scorers.start()
+        except RuntimeError as error:
+            raise StartupError(str(error)) from None
+        return scorers
 
     learner = None
     if settings.http.password:

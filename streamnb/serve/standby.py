@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -32,6 +33,7 @@ from typing import Any
 
 from streamnb.config import ConfigError, Settings, load_settings
 from streamnb.logs import configure_logging
+from streamnb.serve.scorers import READY_ENV
 
 __all__ = ["Standby", "add_arguments", "main"]
 
@@ -264,4 +266,6 @@ def _start(settings: Settings, stopping: threading.Event) -> tuple[Any, Standby]
         raise _StartError(str(error)) from None
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
+    if os.environ.get(READY_ENV):  # started by a daemon (http.scorers): it waits for this
+        print("serving", flush=True)
     return server, standby

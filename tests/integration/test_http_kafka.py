@@ -53,13 +53,15 @@ def score_of(output: str) -> float:
     return float(re.search(r"^Score: (-?[\d.]+) /", output, re.M).group(1))
 
 
-@pytest.fixture
-def served(tmp_path, kafka_bootstrap, topic_prefix):
+@pytest.fixture(params=[1, 0], ids=["scorer-process", "in-daemon"])
+def served(request, tmp_path, kafka_bootstrap, topic_prefix):
+    """A daemon with its front door: served by a scorer process it starts (the default) or
+    by a thread of its own (``http.scorers = 0``)."""
     create_topics(kafka_bootstrap, {f"{topic_prefix}-in": 2, f"{topic_prefix}-out": 1,
                                     f"{topic_prefix}-dlq": 1})
     port = free_port()
     config = write_config(tmp_path, kafka_bootstrap, topic_prefix,
-                          extra=f"[http]\nport = {port}\n")
+                          extra=f"[http]\nport = {port}\nscorers = {request.param}\n")
     daemon = DaemonProcess(config, tmp_path / "daemon.log",
                            env={"STREAMNB_HTTP__PASSWORD": PASSWORD})
     daemon.wait_assigned()
@@ -156,6 +158,7 @@ def test_a_check_and_the_output_topic_give_the_same_probabilities(served, tmp_pa
     assert 0 < spam_seen < len(probes)
 
 
+@pytest.mark.parametrize("served", [0], indirect=True, ids=["in-daemon"])
 def test_a_standby_scorer_answers_with_the_groups_model(served, tmp_path, data_dir):
     """``streamnb serve`` joins no group: it reads the changelogs, follows them, and its
     learns reach the group through the input topic."""
@@ -204,3 +207,21 @@ def _answers(port: int) -> bool:
             return reply.status == 200
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("served", [1], indirect=True, ids=["scorer-process"])
+def test_a_scorer_that_dies_is_started_again(served, data_dir):
+    """kill -9 of the daemon's scorer process: the daemon logs it and starts another, which
+    serves the same model; the daemon itself goes on."""
+    daemon, port = served
+    started = next(e for e in daemon.events() if e.get("event") == "started")
+    pid = int(re.search(r"scorer process pid (\d+)", started["message"]).group(1))
+    mail = read_corpus(data_dir / "spamassassin", shuffle=3, limit=1).messages[0]
+    before = http_json(port, "/checkv2", mail.raw)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: any(e.get("event") == "scorer_exited" for e in daemon.events()), 20,
+             "the daemon to notice its scorer's exit")
+    wait_for(lambda: _answers(port), 60, "a new scorer to serve")
+    after = http_json(port, "/checkv2", mail.raw)
+    assert after["streamnb"]["log_probabilities"] == before["streamnb"]["log_probabilities"]
+    daemon._check_alive()

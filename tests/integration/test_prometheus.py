@@ -148,6 +148,7 @@ def test_every_dashboard_query_returns_data_from_a_running_daemon(
     # The front door too: its panels need checks and learns (a learn refused among them).
     http_port = free_port()
     monkeypatch.setenv("STREAMNB_HTTP__PORT", str(http_port))
+    monkeypatch.setenv("STREAMNB_HTTP__SCORERS", "0")  # served by the daemon: one /metrics
     monkeypatch.setenv("STREAMNB_HTTP__PASSWORD", "pw")
     config = write_config(tmp_path, kafka_bootstrap, topic_prefix, every_seconds=0.5)
     daemon = DaemonProcess(config, tmp_path / "daemon.log")

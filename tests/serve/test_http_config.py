@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_the_shipped_config_serves_nothing_until_a_port_is_set():
     http = load_settings(REPO / "config.toml", environ={}).http
-    assert (http.host, http.port, http.password) == ("127.0.0.1", 0, "")
+    assert (http.host, http.port, http.password, http.scorers) == ("127.0.0.1", 0, "", 1)
     assert (http.add_header_score, http.greylist_score, http.reject_score) == (
         6.0, math.inf, math.inf)
     env = {"STREAMNB_HTTP__PORT": "11333", "STREAMNB_HTTP__PASSWORD": "pw"}
@@ -45,6 +45,7 @@ def test_the_shipped_config_serves_nothing_until_a_port_is_set():
     ("[http]\nlearn_topic = 'other'\n", "http.learn_topic 'other' must be one of "
                                         "kafka.input_topics"),
     ("[http]\nports = 1\n", "unknown key http.ports"),
+    ("[http]\nscorers = -1\n", "http.scorers must be"),
 ])
 def test_bad_http_settings_name_their_key(text, message):
     with pytest.raises(ConfigError) as caught:
