@@ -32,6 +32,7 @@ import pytest
 from streamnb.daemon.kafka_io import create_topics
 from streamnb.evaluation.corpora import read_corpus
 from tests.integration.harness import REPO, DaemonProcess, wait_for, write_config
+from tests.processes import stop_process
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -109,13 +110,7 @@ class Proxy:
         return f"{out}\n{log[-4000:]}"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        stop_process(self.proc)
         self._out.close()
 
 

@@ -32,6 +32,7 @@ from tests.integration.harness import (
     wait_for,
     write_config,
 )
+from tests.processes import stop_process
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -108,12 +109,7 @@ class PrometheusServer:
         return data["result"]
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
+        stop_process(self.proc)
         self._log.close()
 
 
