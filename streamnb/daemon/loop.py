@@ -829,7 +829,7 @@ def freeze_start_up_heap() -> None:
 
 def _scorers_said(daemon: Daemon) -> str:
     """How the start line names the front door's scorer processes (none: '')."""
-    pids = getattr(daemon.front_door, "pids", None)
+    pids = getattr(getattr(daemon, "front_door", None), "pids", None)
     if not pids:
         return ""
     return (f", scorer process pid {pids[0]}" if len(pids) == 1

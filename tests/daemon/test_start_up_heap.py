@@ -75,7 +75,8 @@ def test_main_freezes_once_the_daemon_is_built_and_before_it_runs(monkeypatch, t
 
     monkeypatch.setattr(loop, "load_settings", lambda path: _settings())
     monkeypatch.setattr(loop, "configure_logging", lambda *a: None)
-    monkeypatch.setattr(loop, "build_daemon", lambda settings: calls.append("build") or Daemon())
+    monkeypatch.setattr(loop, "build_daemon",
+                        lambda settings, **_: calls.append("build") or Daemon())
     monkeypatch.setattr(loop, "freeze_start_up_heap", lambda: calls.append("freeze"))
     monkeypatch.setattr(loop.signal, "signal", lambda *a: None)
     assert loop.main(argparse.Namespace(config=str(tmp_path / "config.toml"))) == 0
