@@ -16,7 +16,8 @@ The steps, in order:
 
 1. bind ``http.host:http.port`` and ``metrics.port`` (a port in use: exit 2, one line);
 2. read every changelog partition of the group's input topics to its committed end;
-3. serve checks, and follow the changelogs on the main thread until SIGTERM or SIGINT;
+3. serve checks, and follow the changelogs on the main thread until SIGTERM or SIGINT (or,
+   for a scorer a daemon started, until that daemon is gone);
 4. on a stop, stop accepting, answer what is in flight (up to a second), close.
 """
 
@@ -168,9 +169,16 @@ def main(args: argparse.Namespace) -> int:
     except _StartError as error:
         print(f"streamnb: {error}", file=sys.stderr)
         return 2
+    # Started by a daemon (http.scorers): it goes when the daemon goes, however that ends (a
+    # kill -9 leaves no one to stop it, and a restarted daemon starts scorers of its own).
+    daemon_pid = os.getppid() if os.environ.get(READY_ENV) else None
     try:
         while not stopping.is_set():
             standby.follow()
+            if daemon_pid is not None and os.getppid() != daemon_pid:
+                log.warning("the daemon that started this scorer (pid %d) is gone: stopping",
+                            daemon_pid, extra={"event": "daemon_gone"})
+                break
     except Exception:
         log.exception("stopping on an unexpected error", extra={"event": "failed"})
         return 1

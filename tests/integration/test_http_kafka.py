@@ -19,6 +19,7 @@ import pytest
 from streamnb.daemon.kafka_io import create_topics, produce, read_all
 from streamnb.evaluation.corpora import read_corpus
 from tests.integration.harness import REPO, DaemonProcess, wait_for, write_config
+from tests.processes import running
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -68,8 +69,9 @@ def served(request, tmp_path, kafka_bootstrap, topic_prefix):
     assert any(e.get("event") == "http_serving" and e.get("port") == port
                for e in daemon.events())
     yield daemon, port
-    code, _ = daemon.terminate()
-    assert code == 0
+    if daemon.proc.poll() is None:  # a test may have killed it
+        code, _ = daemon.terminate()
+        assert code == 0
 
 
 def test_rspamc_learns_and_checks_through_the_daemon(served, tmp_path, data_dir):
@@ -225,3 +227,15 @@ def test_a_scorer_that_dies_is_started_again(served, data_dir):
     after = http_json(port, "/checkv2", mail.raw)
     assert after["streamnb"]["log_probabilities"] == before["streamnb"]["log_probabilities"]
     daemon._check_alive()
+
+
+@pytest.mark.parametrize("served", [1], indirect=True, ids=["scorer-process"])
+def test_a_scorer_goes_when_its_daemon_is_killed(served):
+    """kill -9 of the daemon leaves no one to stop its scorer: the scorer stops itself, so a
+    restarted daemon's scorers are the only ones on the port."""
+    daemon, port = served
+    started = next(e for e in daemon.events() if e.get("event") == "started")
+    pid = int(re.search(r"scorer process pid (\d+)", started["message"]).group(1))
+    daemon.kill()
+    wait_for(lambda: not running(pid), 20, "the scorer to stop after its daemon")
+    assert not _answers(port)
