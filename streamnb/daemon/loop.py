@@ -827,13 +827,12 @@ def freeze_start_up_heap() -> None:
     gc.set_threshold(max(young, YOUNG_COLLECTION_THRESHOLD), *older)
 
 
-def _scorers_said(daemon: Daemon) -> str:
-    """How the start line names the front door's scorer processes (none: '')."""
-    pids = getattr(getattr(daemon, "front_door", None), "pids", None)
+def _processes_said(what: str, pids: Any) -> str:
+    """How the start line names child processes: ", <what> pid 1", ", <what>es pids 1, 2"."""
     if not pids:
         return ""
-    return (f", scorer process pid {pids[0]}" if len(pids) == 1
-            else f", scorer processes pids {', '.join(map(str, pids))}")
+    return (f", {what} pid {pids[0]}" if len(pids) == 1
+            else f", {what}es pids {', '.join(map(str, pids))}")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -869,10 +868,8 @@ def main(args: argparse.Namespace) -> int:
         settings.kafka.output_topic,
         settings.model.kind,
         getattr(daemon.io, "transactional_id", "?"),
-        "" if not prepare_pids else (
-            f", prepare process pid {prepare_pids[0]}" if len(prepare_pids) == 1
-            else f", prepare processes pids {', '.join(map(str, prepare_pids))}"),
-        _scorers_said(daemon),
+        _processes_said("prepare process", prepare_pids),
+        _processes_said("scorer process", getattr(daemon.front_door, "pids", None)),
         extra={"event": "started"},
     )
     try:

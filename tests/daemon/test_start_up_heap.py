@@ -65,6 +65,7 @@ def test_main_freezes_once_the_daemon_is_built_and_before_it_runs(monkeypatch, t
 
     class Daemon:
         io = None
+        front_door = None
 
         def request_stop(self, *_):
             pass
