@@ -80,18 +80,10 @@ def serve_checks(daemon: Any, settings: Settings, listener: Any, metrics: Any,
             raise StartupError(str(error)) from None
         return scorers
 
-    learner = None
-    if settings.http.password:
-        from streamnb.serve.learning import KafkaLearner
-
-        topic = settings.http.learn_topic or settings.kafka.input_topics[0]
-        learner = KafkaLearner(settings.kafka, topic, settings.limits.max_value_bytes)
     registry = getattr(metrics, "registry", None) or CollectorRegistry()
     try:
-        return serve_daemon(daemon, settings, listener, registry, learner)
+        return serve_daemon(daemon, settings, listener, registry)
     except BindError as error:
-        if learner is not None:
-            learner.close()
         raise StartupError(str(error)) from None
 
 

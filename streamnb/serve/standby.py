@@ -135,11 +135,10 @@ class Standby:
         return applied
 
     def stats(self) -> dict:
+        from streamnb.serve import model_stats
+
         with self.lock:
-            live = self.live
-            return {"learned": live.n_updates, "classes": list(live.classes),
-                    "vocabulary": getattr(live, "vocabulary_size", None),
-                    "model_partitions": len(self.parts.slices),
+            return {**model_stats(self.live, len(self.parts.slices)),
                     "staleness_seconds": round(time.monotonic() - self.caught_up_at, 3)}
 
 
@@ -200,12 +199,8 @@ def _start(settings: Settings, stopping: threading.Event) -> tuple[Any, Standby]
     from streamnb.daemon import startup
     from streamnb.daemon.changelog import ChangelogError, changelog_topic
     from streamnb.daemon.kafka_io import ChangelogFollower, KafkaReadError
-    from streamnb.pipeline import build_pipeline
-    from streamnb.serve import policy_of
-    from streamnb.serve.app import FrontDoor
-    from streamnb.serve.metrics import HttpMetrics
-    from streamnb.serve.scoring import Scorer
-    from streamnb.serve.server import BindError, HttpServer, bind
+    from streamnb.serve import serve_model
+    from streamnb.serve.server import BindError, bind
 
     try:
         listener = bind(settings.http, reuse_port=True)
@@ -244,32 +239,15 @@ def _start(settings: Settings, stopping: threading.Event) -> tuple[Any, Standby]
              time.perf_counter() - started, standby.live.n_updates,
              extra={"event": "state_restored", "records": records})
 
-    learner = None
-    if settings.http.password:
-        from streamnb.serve.learning import KafkaLearner
-
-        learner = KafkaLearner(kafka, settings.http.learn_topic or kafka.input_topics[0],
-                               settings.limits.max_value_bytes)
-    pipeline = build_pipeline(settings.model.table(), settings.features)
-    scorer = Scorer(pipeline, lambda: standby.live, standby.lock, explain=settings.http.explain)
-    front = FrontDoor(settings.http, scorer, policy_of(settings, standby.live),
-                      HttpMetrics(registry), learner=learner, stats=standby.stats,
-                      labels=frozenset(settings.model.labels))
     staleness = Gauge("streamnb_global_model_staleness_seconds", "Seconds since this scorer "
                       "last saw every changelog read to its end.", registry=registry)
     staleness.set_function(lambda: time.monotonic() - standby.caught_up_at)
     Gauge("streamnb_build_info", "Version and model of the running scorer (always 1).",
           ["version", "model"], registry=registry).labels(__version__,
                                                           settings.model.kind).set(1)
-
-    def close() -> None:
-        front.close()
-        if learner is not None:
-            learner.close()
-
-    server = HttpServer(front.application(), listener, settings.http, on_close=close)
     try:
-        server.start()
+        server = serve_model(settings, listener, registry, lambda: standby.live, standby.lock,
+                             standby.stats)
     except BindError as error:
         raise _StartError(str(error)) from None
     for signum in (signal.SIGTERM, signal.SIGINT):
